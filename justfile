@@ -1,0 +1,41 @@
+# tether's recipes. Run them inside the project's virtual environment
+# (README: `. .venv/bin/activate`).
+
+# list the recipes
+default:
+    @just --list
+
+# the demo: a checkout workflow that fails, resumes and times out on time
+demo:
+    python -m tether demo
+
+# the whole suite: lint, type check, every test (slow ones included)
+test: lint typecheck
+    python -m pytest
+
+# the tests without the slow exploration ones
+test-quick:
+    python -m pytest -m "not slow"
+
+# ruff: lint and formatting
+lint:
+    ruff check src tests benchmarks examples
+    ruff format --check src tests benchmarks examples
+
+# mypy, strict
+typecheck:
+    mypy
+
+# the benchmarks, printed as tables with ratios against a baseline
+bench:
+    python benchmarks/cancel_latency.py
+    python benchmarks/step_overhead.py
+
+# format the code
+fmt:
+    ruff format src tests benchmarks examples
+    ruff check --fix src tests benchmarks examples
+
+# the docs are Markdown under docs/; their examples run as tests
+docs:
+    python -m pytest tests/test_docs.py -q

@@ -1,0 +1,480 @@
+"""The current run: step execution, keys, shielded saves and ``parallel()``.
+
+Every task tether tracks runs with a :class:`_Frame` in a context variable:
+which run it belongs to, the key path of the step (or branch) it is inside,
+and the per-name counters that give the next step key. A frame remembers the
+task it was made for, so a task started in a plain ``trio.open_nursery``
+(which inherits the context variable) is recognised and refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
+
+import attrs
+import trio
+
+from ._codec import codec, digest
+from ._errors import (
+    CheckpointCorruptError,
+    CodecError,
+    NonDeterminismError,
+    NotInRunError,
+    SaveTimeoutError,
+    StoreError,
+    TetherError,
+    UsageError,
+)
+from ._hooks import HookEvent, Hooks
+from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
+
+if TYPE_CHECKING:
+    from ._workflow import Step
+
+__all__ = ("Handle", "Parallel", "RunState", "call_step", "error_info", "parallel")
+
+log = logging.getLogger("tether")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_KEY_ATTR = "_tether_step_key"
+
+
+@attrs.define(eq=False, slots=True)
+class _Frame:
+    run: RunState
+    path: str  # "" for the workflow itself, else the key of the enclosing step or branch
+    task: trio.lowlevel.Task
+    counters: dict[str, int] = attrs.field(factory=dict)
+
+    def next_key(self, name: str, explicit: str | None) -> str:
+        if explicit is None:
+            n = self.counters.get(name, 0)
+            self.counters[name] = n + 1
+            explicit = f"{name}#{n}"
+        return f"{self.path}/{explicit}" if self.path else explicit
+
+
+_frame: ContextVar[_Frame | None] = ContextVar("tether_frame", default=None)
+
+
+def _current_frame(what: str) -> _Frame:
+    frame = _frame.get()
+    if frame is None:
+        raise NotInRunError(
+            f"{what} was used outside a tether run; await it inside a workflow run by "
+            "engine.run() (to test a step's logic alone, call step.fn)"
+        )
+    if frame.task is not trio.lowlevel.current_task():
+        raise NotInRunError(
+            f"{what} was used in a task tether does not track (one started in a plain "
+            f"trio nursery inside run {frame.run.run_id!r}); start it with tether.parallel() "
+            "so its key is fixed and its result journaled"
+        )
+    return frame
+
+
+def _note_key(exc: BaseException, key: str) -> None:
+    # The innermost step an error came out of is the one worth naming.
+    if getattr(exc, _KEY_ATTR, None) is None:
+        with contextlib.suppress(AttributeError):  # exotic exception types
+            setattr(exc, _KEY_ATTR, key)
+
+
+def _step_key_of(exc: BaseException) -> str | None:
+    key = getattr(exc, _KEY_ATTR, None)
+    if key is None and isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            key = _step_key_of(sub)
+            if key is not None:
+                break
+    return key
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """The stored description of *exc*, naming the step it came out of."""
+    cls = type(exc)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    return ErrorInfo(type=name, message=str(exc), key=_step_key_of(exc))
+
+
+@attrs.define(eq=False)
+class RunState:
+    """Everything one execution of a run shares between its tasks."""
+
+    run_id: str
+    workflow: str
+    store: Store
+    hooks: Hooks
+    save_timeout: float
+    journal: dict[str, Entry]  # completed step entries by key, from the store
+    seen: set[str] = attrs.field(factory=set)  # keys called in this execution
+    shields: set[trio.CancelScope] = attrs.field(factory=set)
+    caller_cancelled: bool = False
+    executed: int = 0
+    replayed: int = 0
+
+    # -- caller cancellation -------------------------------------------------
+
+    def cancel_by_caller(self) -> None:
+        """The caller cancelled: cut every shielded save short, now and later."""
+        self.caller_cancelled = True
+        for scope in self.shields:
+            scope.cancel()
+
+    async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Await ``afn(*args)`` shielded from framework cancellation.
+
+        A sibling's failure cannot interrupt it; the caller's cancellation can
+        (the scope is cut short by :meth:`cancel_by_caller`, or starts cut short
+        if the caller has already cancelled), and so can ``save_timeout``.
+
+        Raises:
+            trio.Cancelled: the caller cancelled.
+            SaveTimeoutError: ``save_timeout`` expired first.
+        """
+        scope = trio.CancelScope(shield=True, deadline=trio.current_time() + self.save_timeout)
+        if self.caller_cancelled:
+            scope.cancel()
+        self.shields.add(scope)
+        try:
+            with scope:
+                return await afn(*args)
+        finally:
+            self.shields.discard(scope)
+        # Only reached when the shield caught a cancellation: never pretend the
+        # call returned. Outside the shield the caller's cancellation is visible,
+        # so this checkpoint raises the caller's own Cancelled.
+        if self.caller_cancelled:
+            await trio.lowlevel.checkpoint()
+            raise StoreError(
+                f"{what} in run {self.run_id!r} was cut short by the caller's cancellation; "
+                "the record may not be stored (resuming is safe)"
+            )
+        raise SaveTimeoutError(
+            f"{what} in run {self.run_id!r} did not finish within save_timeout="
+            f"{self.save_timeout}s; the store may be hung (resuming is safe)"
+        )
+
+    async def save(self, entry: Entry) -> Entry:
+        """Append *entry* to the journal, shielded; return the stored entry."""
+        what = f"saving step {entry.key}"
+        try:
+            stored = await self.shielded(what, self.store.append, self.run_id, (entry,))
+        except (TetherError, trio.Cancelled):
+            raise
+        except Exception as exc:
+            raise StoreError(f"{what} in run {self.run_id!r} failed: {exc!r}") from exc
+        if len(stored) != 1:
+            raise StoreError(
+                f"{what} in run {self.run_id!r}: the store returned {len(stored)} entries for one"
+            )
+        self.journal[entry.key] = stored[0]
+        return stored[0]
+
+    async def end_hook(
+        self, method: str, event: HookEvent, propagating: BaseException | None
+    ) -> None:
+        """Call an end hook under the tracked shield.
+
+        An error from the hook never replaces *propagating*; it is logged
+        instead.
+        """
+        if not self.hooks.has(method):
+            return
+        try:
+            await self.shielded(
+                f"hook {method} for {event.key or event.name}", self.hooks.call, method, event
+            )
+        except BaseException as exc:
+            if propagating is None:
+                raise
+            if exc is not propagating and not isinstance(exc, trio.Cancelled):
+                log.error(
+                    "tether: %s hook error superseded by %r (run %s, %s)",
+                    method,
+                    propagating,
+                    self.run_id,
+                    event.key or event.name,
+                    exc_info=exc,
+                )
+
+    # -- steps ---------------------------------------------------------------
+
+    async def execute_step(
+        self, step: Step[..., Any], key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Replay the step with *key* from the journal, or run and journal it."""
+        if key in self.seen:
+            raise UsageError(
+                f"step key {key!r} is used twice in run {self.run_id!r}; explicit keys "
+                "must be unique within their parent"
+            )
+        self.seen.add(key)
+        what = f"step {key} of run {self.run_id!r}"
+        args_digest = digest(codec.encode_args(args, kwargs, what=what))
+        entry = self.journal.get(key)
+        if entry is not None:
+            if entry.args_digest != args_digest:
+                raise NonDeterminismError(
+                    f"{what} was journaled (seq {entry.seq}) with other arguments than it is "
+                    "called with now: the workflow's code or inputs changed since the run "
+                    "started. Start a new run, or give differing calls explicit keys."
+                )
+            self.replayed += 1
+            try:
+                return codec.decode(entry.value or "null", step.signature.return_type, what=what)
+            except CodecError as exc:
+                raise CheckpointCorruptError(
+                    f"{what}: journal entry seq {entry.seq} cannot be decoded as the step's "
+                    f"return type: {exc}"
+                ) from exc
+        return await self._run_step(step, key, args, kwargs, args_digest)
+
+    async def _run_step(
+        self,
+        step: Step[..., Any],
+        key: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        args_digest: str,
+    ) -> Any:
+        hooks = self.hooks.any_step
+        event = (
+            HookEvent(run_id=self.run_id, workflow=self.workflow, name=step.name, key=key)
+            if hooks
+            else None
+        )
+        propagating: BaseException | None = None
+        try:
+            if event is not None:
+                await self.hooks.call("on_step_start", event)
+            started = utcnow()
+            value, attempt = await self._attempts(step, key, args, kwargs)
+            # Snapshot now, synchronously: no other task runs before the value
+            # is encoded, so nothing can change what is stored.
+            text, decoded = codec.snapshot(
+                value, step.signature.return_type, what=f"step {key} of run {self.run_id!r}"
+            )
+            entry = Entry(
+                run_id=self.run_id,
+                key=key,
+                kind=EntryKind.STEP,
+                status=EntryStatus.COMPLETED,
+                value=text,
+                args_digest=args_digest,
+                started_at=started,
+                finished_at=utcnow(),
+                attempt=attempt,
+            )
+            stored = await self.save(entry)
+            if event is not None:
+                await self.shielded(
+                    f"hook on_checkpoint for {key}",
+                    self.hooks.call,
+                    "on_checkpoint",
+                    attrs.evolve(event, entry=stored),
+                )
+            return decoded
+        except BaseException as exc:
+            propagating = exc
+            _note_key(exc, key)
+            raise
+        finally:
+            if event is not None:
+                await self.end_hook(
+                    "on_step_end", attrs.evolve(event, exception=propagating), propagating
+                )
+            del propagating
+
+    async def _attempts(
+        self, step: Step[..., Any], key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, int]:
+        attempt = 1
+        while True:
+            # A fresh frame per attempt: nested steps get keys under this step,
+            # and a retry replays the nested steps an earlier attempt stored.
+            token = _frame.set(_Frame(self, key, trio.lowlevel.current_task()))
+            try:
+                if step.timeout is None:
+                    value = await step.fn(*args, **kwargs)
+                else:
+                    with trio.fail_after(step.timeout):
+                        value = await step.fn(*args, **kwargs)
+                self.executed += 1
+                return value, attempt
+            except Exception as exc:
+                self.executed += 1
+                if attempt > step.retries:
+                    raise
+                log.warning(
+                    "tether: step %s of run %s failed (attempt %d of %d), retrying: %r",
+                    key,
+                    self.run_id,
+                    attempt,
+                    step.retries + 1,
+                    exc,
+                )
+                attempt += 1
+            finally:
+                _frame.reset(token)
+            # The retry calls the nested steps again: those the failed attempt
+            # stored replay from the journal, the rest run.
+            prefix = key + "/"
+            self.seen = {k for k in self.seen if not k.startswith(prefix)}
+
+
+async def call_step(
+    step: Step[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+) -> R:
+    """What awaiting ``step(*args)`` does."""
+    frame = _current_frame(f"step {step.name!r}")
+    result: R = await frame.run.execute_step(step, frame.next_key(step.name, key), args, kwargs)
+    return result
+
+
+# -- parallel() ------------------------------------------------------------
+
+
+_PENDING: Any = object()
+
+
+@final
+class Handle(Generic[R]):
+    """A step (or branch) started by :meth:`Parallel.start_soon`.
+
+    Its :attr:`key` is fixed when it is started; its :attr:`result` can be
+    read once the ``parallel()`` block has exited.
+    """
+
+    __slots__ = ("_block", "_value", "key")
+
+    def __init__(self, block: Parallel, key: str) -> None:
+        self._block = block
+        self.key = key
+        self._value: Any = _PENDING
+
+    def __repr__(self) -> str:
+        state = "pending" if self._value is _PENDING else "done"
+        return f"<tether.Handle {self.key} {state}>"
+
+    @property
+    def result(self) -> R:
+        """The decoded result.
+
+        Raises:
+            UsageError: the ``parallel()`` block has not exited yet, or the
+                step did not complete (it raised or was cancelled).
+        """
+        if not self._block._closed:
+            raise UsageError(
+                f"the result of {self.key} is read inside its `async with tether.parallel()` "
+                "block; read .result after the block has exited"
+            )
+        if self._value is _PENDING:
+            raise UsageError(f"{self.key} did not complete (it raised or was cancelled)")
+        value: R = self._value
+        return value
+
+
+@final
+class Parallel:
+    """A nursery inside a run whose children are tracked steps; see :func:`parallel`."""
+
+    def __init__(self) -> None:
+        self._frame: _Frame | None = None
+        self._manager: Any = None
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Parallel:
+        if self._manager is not None:
+            raise UsageError("a tether.parallel() block can be entered only once")
+        self._frame = _current_frame("tether.parallel()")
+        self._manager = trio.open_nursery()
+        self._nursery = await self._manager.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        try:
+            suppress: bool = await self._manager.__aexit__(etype, exc, tb)
+            return suppress
+        finally:
+            self._closed = True
+
+    @property
+    def cancel_scope(self) -> trio.CancelScope:
+        """The block's cancel scope (cancelling it is framework-owned: saves drain)."""
+        assert self._nursery is not None, "enter the block first"
+        return self._nursery.cancel_scope
+
+    def start_soon(
+        self, fn: Callable[..., Awaitable[R]], *args: Any, key: str | None = None
+    ) -> Handle[R]:
+        """Start ``fn(*args)`` as a child of this block and return its handle.
+
+        *fn* is a step (journaled under its key) or any other async function
+        (a *branch*: its own steps journal under ``branch-name#n/``). The key
+        is fixed now, in program order, so replay maps results to the same
+        calls whatever order they finished in.
+
+        Raises:
+            UsageError: the block is not open, or this is not the task that
+                opened it.
+        """
+        from ._workflow import Step
+
+        if self._nursery is None or self._frame is None or self._closed:
+            raise UsageError("start_soon() needs an open `async with tether.parallel()` block")
+        frame = self._frame
+        if frame.task is not trio.lowlevel.current_task():
+            raise UsageError(
+                "start_soon() must be called from the task that opened the parallel() block"
+            )
+        if key is not None and (not isinstance(key, str) or not key or "/" in key):
+            raise UsageError(f"a step key is a non-empty string without '/', not {key!r}")
+        if isinstance(fn, Step):
+            handle: Handle[R] = Handle(self, frame.next_key(fn.name, key or fn.key))
+            self._nursery.start_soon(self._child_step, fn, handle, args, name=handle.key)
+        else:
+            if not callable(fn):
+                raise UsageError(f"start_soon() takes a step or an async function, not {fn!r}")
+            name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or "branch"
+            handle = Handle(self, frame.next_key(name, key))
+            self._nursery.start_soon(self._child_branch, fn, handle, args, name=handle.key)
+        return handle
+
+    async def _child_step(
+        self, step: Step[..., Any], handle: Handle[Any], args: tuple[Any, ...]
+    ) -> None:
+        assert self._frame is not None
+        handle._value = await self._frame.run.execute_step(step, handle.key, args, {})
+
+    async def _child_branch(
+        self, fn: Callable[..., Awaitable[Any]], handle: Handle[Any], args: tuple[Any, ...]
+    ) -> None:
+        assert self._frame is not None
+        _frame.set(_Frame(self._frame.run, handle.key, trio.lowlevel.current_task()))
+        handle._value = await fn(*args)
+
+
+def parallel() -> Parallel:
+    """Open a nursery inside the run: ``async with tether.parallel() as p:``.
+
+    Children started with ``p.start_soon(step, *args)`` run concurrently; the
+    block exits when all have finished. If one raises, the others are
+    cancelled (framework-owned: steps that already completed still finish
+    saving their records), and the errors propagate as an exception group.
+    Only usable in a task tether tracks (the workflow, a step, a branch).
+    """
+    return Parallel()

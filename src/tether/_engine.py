@@ -1,0 +1,517 @@
+"""The engine: runs in nurseries, caller cancellation, resume.
+
+The shape of one execution (see docs/explanation/cancellation.md)::
+
+    engine.run(...)                         caller's task and cancel scopes
+    └─ outer scope (timeout=)               the caller's deadline
+       └─ guard nursery                     the caller's task waits here: it is the
+          │                                 watcher, and sees only *caller* cancellation
+          └─ runner task
+             └─ run nursery                 framework-owned
+                └─ workflow task            steps, parallel() children, ...
+                      each completed step saves in a shielded scope that the
+                      watcher cuts short when the caller cancels
+
+Cancellation that starts inside the run (a failing sibling, a step timeout)
+never reaches the shielded saves. Cancellation from the caller reaches the
+watcher at once; the watcher cancels every tracked shield, so the run unwinds
+within Trio's own delivery latency even when the store hangs, and the
+caller's own ``Cancelled`` is what ``engine.run`` raises.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager, nullcontext
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar, final
+
+import attrs
+import trio
+
+from ._codec import codec, loads
+from ._context import RunState, _Frame, _frame, error_info
+from ._errors import (
+    CheckpointCorruptError,
+    CodecError,
+    RunConflictError,
+    RunNotFoundError,
+    StoreError,
+    TetherError,
+    UnknownRequestError,
+    UsageError,
+    WorkflowNotFoundError,
+)
+from ._hooks import HookEvent, Hooks
+from ._workflow import Workflow, lookup_workflow
+from .stores._protocol import (
+    Entry,
+    EntryKind,
+    EntryStatus,
+    ErrorInfo,
+    RunRecord,
+    RunStatus,
+    Store,
+    utcnow,
+)
+
+__all__ = ("Engine", "RunInfo", "open_engine")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunInfo:
+    """A run as stored: what :meth:`Engine.get_run` and :meth:`Engine.list_runs` return."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    result: Any  #: the decoded result when completed, else ``None``
+    error: ErrorInfo | None  #: what the run failed with, when failed
+    requests: tuple[Any, ...]  #: pending requests (when paused)
+    entries: tuple[Entry, ...]  #: the journal (``get_run`` only; empty from ``list_runs``)
+    created_at: datetime
+    updated_at: datetime
+
+
+@attrs.define(eq=False)
+class _Execution:
+    state: RunState
+    workflow: Workflow[..., Any]
+    args: tuple[Any, ...]
+    record: RunRecord
+    done: trio.Event = attrs.field(factory=trio.Event)
+    finished: bool = False  # the workflow returned or raised an Exception
+    value: Any = None  # the decoded result
+    result_text: str | None = None  # the encoded result
+    error: Exception | None = None  # what the workflow raised
+
+
+def _validate_timeout(value: float | None, name: str) -> None:
+    if value is not None and (not isinstance(value, int | float) or math.isnan(value) or value < 0):
+        raise UsageError(f"{name} must be a non-negative number of seconds or None, not {value!r}")
+
+
+def _unwrap_single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@final
+class Engine:
+    """Runs workflows against one store. Made by :func:`open_engine`."""
+
+    def __init__(self, store: Store, *, hooks: Iterable[object], save_timeout: float) -> None:
+        self._store = store
+        self._hooks = Hooks(hooks)
+        self._save_timeout = float(save_timeout)
+        self._active: set[str] = set()
+        self._workflows: dict[str, Workflow[..., Any]] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<tether.Engine store={self._store!r} active={len(self._active)}>"
+
+    @property
+    def store(self) -> Store:
+        """The store this engine journals into."""
+        return self._store
+
+    # -- public API ------------------------------------------------------------
+
+    async def run(
+        self,
+        wf: Workflow[P, R],
+        *args: Any,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> R:
+        """Run ``wf(*args)`` durably and return its result.
+
+        With a *run_id* that is stored and unfinished, the run resumes instead
+        (the arguments must equal the stored ones); with one that completed,
+        the stored result is returned and nothing executes.
+
+        This is a checkpoint. ``timeout=`` behaves like ``trio.fail_after``;
+        an enclosing cancel scope works the same way. Either is prompt even
+        when the store hangs: saves in flight are cut short, no status is
+        written, and the run stays ``running`` and resumable.
+
+        Raises:
+            Exception: whatever the workflow raised, as itself (exception
+                groups from ``parallel()`` as groups); the run is stored as
+                ``failed`` and can be resumed.
+            trio.TooSlowError: ``timeout`` expired.
+            RunConflictError: the run id exists with another workflow or other
+                arguments, or is executing in this engine now.
+            StoreError, CodecError, NonDeterminismError: see their docs.
+        """
+        if not isinstance(wf, Workflow):
+            raise UsageError(f"engine.run() takes a @tether.workflow, not {wf!r}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
+        _validate_timeout(timeout, "timeout")
+        self._check_open()
+        args_text, decoded_args = self._encode_args(wf, args)
+        self._workflows[wf.name] = wf
+        run_id = run_id or uuid.uuid4().hex
+        with trio.fail_after(timeout) if timeout is not None else nullcontext():
+            record = await self._store.get_run(run_id)
+            if record is None:
+                now = utcnow()
+                record = RunRecord(
+                    run_id=run_id, workflow=wf.name, args=args_text, created_at=now, updated_at=now
+                )
+                self._claim(run_id)
+                try:
+                    await self._store.create_run(record)
+                    return await self._execute(wf, record, decoded_args, {})  # type: ignore[no-any-return]
+                finally:
+                    self._active.discard(run_id)
+            if record.workflow != wf.name:
+                raise RunConflictError(
+                    f"run {run_id!r} belongs to workflow {record.workflow!r}, not {wf.name!r}"
+                )
+            if record.args != args_text:
+                raise RunConflictError(
+                    f"run {run_id!r} was started with other arguments ({record.args:.200}) than "
+                    f"given now ({args_text:.200}); resume it with engine.resume({run_id!r}) or "
+                    "choose a new run_id"
+                )
+            return await self._continue(wf, record, decoded_args)  # type: ignore[no-any-return]
+
+    async def resume(
+        self,
+        run_id: str,
+        responses: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Continue a failed, paused or interrupted run from its journal.
+
+        The workflow is found by the name stored with the run (it must be
+        defined in this process). Completed steps replay without executing;
+        the rest run. A completed run returns its stored result.
+
+        This is a checkpoint; cancellation behaves as for :meth:`run`.
+
+        Raises:
+            RunNotFoundError: no run with this id.
+            WorkflowNotFoundError: its workflow is not registered here.
+            RunConflictError: *responses* were given for a finished run.
+            UnknownRequestError: a response names no pending request.
+            (and whatever :meth:`run` raises)
+        """
+        _validate_timeout(timeout, "timeout")
+        self._check_open()
+        with trio.fail_after(timeout) if timeout is not None else nullcontext():
+            record = await self._store.get_run(run_id)
+            if record is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
+            if responses:
+                if record.status is RunStatus.COMPLETED:
+                    raise RunConflictError(
+                        f"run {run_id!r} has completed; it takes no responses "
+                        f"(got {', '.join(map(repr, responses))})"
+                    )
+                raise UnknownRequestError(
+                    f"run {run_id!r} has no pending request with key "
+                    f"{', '.join(map(repr, responses))}; its pending requests: none"
+                )
+            wf = self._find_workflow(record)
+            return await self._continue(wf, record, self._decode_args(wf, record))
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        """The stored state of a run and its journal, or ``None`` for an unknown id.
+
+        A checkpoint. Raises :class:`CheckpointCorruptError` for a record that
+        cannot be read.
+        """
+        self._check_open()
+        record = await self._store.get_run(run_id)
+        if record is None:
+            return None
+        entries = await self._store.load_entries(run_id)
+        return self._info(record, tuple(entries))
+
+    async def list_runs(self) -> list[RunInfo]:
+        """Every stored run, oldest first, without journals (use :meth:`get_run`)."""
+        self._check_open()
+        return [self._info(r, ()) for r in await self._store.list_runs()]
+
+    # -- internals ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(
+                "this engine is closed: use it inside its `async with open_engine(...)` block"
+            )
+
+    def _claim(self, run_id: str) -> None:
+        if run_id in self._active:
+            raise RunConflictError(f"run {run_id!r} is already executing in this engine")
+        self._active.add(run_id)
+
+    def _encode_args(
+        self, wf: Workflow[..., Any], args: tuple[Any, ...]
+    ) -> tuple[str, tuple[Any, ...]]:
+        try:
+            wf.signature.bind(args, {})
+        except TypeError as exc:
+            raise UsageError(f"workflow {wf.name}: {exc}") from None
+        text, decoded = codec.snapshot(
+            args, wf.signature.args_type(len(args)), what=f"arguments of workflow {wf.name}"
+        )
+        return text, tuple(decoded)
+
+    def _decode_args(self, wf: Workflow[..., Any], record: RunRecord) -> tuple[Any, ...]:
+        try:
+            stored = loads(record.args)
+            if not isinstance(stored, list):
+                raise CodecError(f"expected a JSON list, got {type(stored).__name__}")
+            args = codec.structure(
+                stored,
+                wf.signature.args_type(len(stored)),
+                what=f"arguments of run {record.run_id!r}",
+            )
+        except (ValueError, CodecError) as exc:
+            raise CheckpointCorruptError(
+                f"run {record.run_id!r}: stored arguments do not decode "
+                f"for workflow {wf.name}: {exc}"
+            ) from exc
+        return tuple(args)
+
+    def _find_workflow(self, record: RunRecord) -> Workflow[..., Any]:
+        wf = self._workflows.get(record.workflow)
+        if wf is None:
+            try:
+                wf = lookup_workflow(record.workflow)
+            except WorkflowNotFoundError as exc:
+                raise WorkflowNotFoundError(f"run {record.run_id!r}: {exc}") from None
+        return wf
+
+    def _decode_result(self, record: RunRecord, wf: Workflow[..., Any] | None) -> Any:
+        if record.result is None:
+            return None
+        tp = wf.signature.return_type if wf is not None else Any
+        try:
+            return codec.decode(record.result, tp, what=f"result of run {record.run_id!r}")
+        except CodecError as exc:
+            raise CheckpointCorruptError(
+                f"run {record.run_id!r}: stored result does not decode: {exc}"
+            ) from exc
+
+    def _info(self, record: RunRecord, entries: tuple[Entry, ...]) -> RunInfo:
+        wf = self._workflows.get(record.workflow)
+        if wf is None:
+            try:
+                wf = lookup_workflow(record.workflow)
+            except WorkflowNotFoundError:
+                wf = None
+        return RunInfo(
+            run_id=record.run_id,
+            workflow=record.workflow,
+            status=record.status,
+            result=self._decode_result(record, wf),
+            error=record.error,
+            requests=tuple(record.requests),
+            entries=entries,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+
+    async def _continue(
+        self, wf: Workflow[..., Any], record: RunRecord, args: tuple[Any, ...]
+    ) -> Any:
+        if record.status is RunStatus.COMPLETED:
+            return self._decode_result(record, wf)
+        self._claim(record.run_id)
+        try:
+            journal: dict[str, Entry] = {}
+            for entry in await self._store.load_entries(record.run_id):
+                if entry.kind is EntryKind.STEP and entry.status is EntryStatus.COMPLETED:
+                    # The first completed record of a key is the one the
+                    # workflow saw; a later duplicate (a save retried after an
+                    # unclear failure) carries the same call.
+                    journal.setdefault(entry.key, entry)
+            if record.status is not RunStatus.RUNNING:
+                record = attrs.evolve(
+                    record, status=RunStatus.RUNNING, error=None, updated_at=utcnow()
+                )
+                await self._store.update_run(record)
+            return await self._execute(wf, record, args, journal)
+        finally:
+            self._active.discard(record.run_id)
+
+    async def _execute(
+        self,
+        wf: Workflow[..., Any],
+        record: RunRecord,
+        args: tuple[Any, ...],
+        journal: dict[str, Entry],
+    ) -> Any:
+        state = RunState(
+            run_id=record.run_id,
+            workflow=wf.name,
+            store=self._store,
+            hooks=self._hooks,
+            save_timeout=self._save_timeout,
+            journal=journal,
+        )
+        ex = _Execution(state=state, workflow=wf, args=args, record=record)
+        caller_exc: BaseException | None = None
+        try:
+            async with trio.open_nursery() as guard:
+                guard.start_soon(self._runner, ex, name=f"tether run {record.run_id}")
+                # This task is the watcher: it lives outside the run nursery,
+                # so the only cancellation that reaches it is the caller's.
+                try:
+                    await ex.done.wait()
+                except BaseException as exc:  # Cancelled, or KeyboardInterrupt
+                    caller_exc = exc
+                    state.cancel_by_caller()
+                    guard.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The runner only lets through what it cannot turn into an outcome
+            # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
+            raise _unwrap_single(group) from None
+        if caller_exc is not None:
+            # The caller's cancellation wins over whatever the run was doing.
+            try:
+                raise caller_exc
+            finally:
+                caller_exc = None
+        assert ex.finished
+        if ex.error is not None:
+            try:
+                raise ex.error
+            finally:
+                ex.error = None
+        return ex.value
+
+    async def _runner(self, ex: _Execution) -> None:
+        state = ex.state
+        try:
+            async with trio.open_nursery() as run_nursery:
+                run_nursery.start_soon(
+                    self._workflow_task, ex, name=f"tether workflow {state.run_id}"
+                )
+            await self._finish(ex)
+        except BaseException as exc:
+            if state.caller_cancelled:
+                # The caller's task raises the caller's cancellation; what the
+                # run was unwinding (Cancelled, a sibling's error) ends here.
+                await self._run_end_hook(ex, exc)
+                return
+            raise
+        finally:
+            ex.done.set()
+
+    async def _workflow_task(self, ex: _Execution) -> None:
+        state = ex.state
+        wf = ex.workflow
+        _frame.set(_Frame(state, "", trio.lowlevel.current_task()))
+        if self._hooks.has("on_run_start"):
+            await self._hooks.call(
+                "on_run_start", HookEvent(run_id=state.run_id, workflow=wf.name, name=wf.name)
+            )
+        try:
+            value = await wf.fn(*ex.args)
+            # Encoded at once, like a step's result.
+            ex.result_text, decoded = codec.snapshot(
+                value,
+                wf.signature.return_type,
+                what=f"result of workflow {wf.name} (run {state.run_id!r})",
+            )
+            ex.value = decoded
+        except Exception as exc:
+            ex.error = exc
+        ex.finished = True
+
+    async def _finish(self, ex: _Execution) -> None:
+        """Store the run's final status and call ``on_run_end``."""
+        state = ex.state
+        if ex.error is None:
+            record = attrs.evolve(
+                ex.record,
+                status=RunStatus.COMPLETED,
+                result=ex.result_text,
+                error=None,
+                updated_at=utcnow(),
+            )
+        else:
+            record = attrs.evolve(
+                ex.record,
+                status=RunStatus.FAILED,
+                error=error_info(ex.error),
+                updated_at=utcnow(),
+            )
+        try:
+            await state.shielded("storing the final status", self._store.update_run, record)
+        except Exception as exc:
+            if ex.error is not None:
+                ex.error.add_note(
+                    f"tether: storing run {state.run_id!r} as failed also failed: {exc!r}"
+                )
+            elif isinstance(exc, TetherError):
+                ex.error = exc
+            else:
+                ex.error = StoreError(f"storing the result of run {state.run_id!r} failed: {exc!r}")
+                ex.error.__cause__ = exc
+        await self._run_end_hook(ex, ex.error)
+
+    async def _run_end_hook(self, ex: _Execution, exc: BaseException | None) -> None:
+        if self._hooks.has("on_run_end"):
+            name = ex.workflow.name
+            event = HookEvent(run_id=ex.state.run_id, workflow=name, name=name, exception=exc)
+            await ex.state.end_hook("on_run_end", event, exc)
+
+
+@asynccontextmanager
+async def open_engine(
+    store: Store,
+    *,
+    hooks: Sequence[object] = (),
+    save_timeout: float = 30.0,
+) -> AsyncIterator[Engine]:
+    """Open *store* and yield an :class:`Engine` that runs workflows on it.
+
+    The engine owns the store's lifetime: ``store.open()`` is awaited on
+    entry and ``store.close()`` on exit. Runs execute in the tasks that call
+    :meth:`Engine.run`, so no task outlives the block.
+
+    Args:
+        store: any :class:`tether.stores.Store`.
+        hooks: objects with any of the async methods ``on_run_start``,
+            ``on_run_end``, ``on_step_start``, ``on_step_end``,
+            ``on_checkpoint``; each is called with one :class:`HookEvent`.
+        save_timeout: seconds each shielded save (and end hook) may take
+            when the run itself is being cancelled by the framework; a save
+            that overruns fails with :class:`SaveTimeoutError`. Must be
+            positive; ``math.inf`` disables the bound.
+    """
+    if not isinstance(store, Store):
+        raise UsageError(
+            f"open_engine() takes a tether store (see tether.stores.Store), not {store!r}"
+        )
+    if (
+        not isinstance(save_timeout, int | float)
+        or isinstance(save_timeout, bool)
+        or math.isnan(save_timeout)
+        or save_timeout <= 0
+    ):
+        raise UsageError(f"save_timeout must be a positive number of seconds, not {save_timeout!r}")
+    engine = Engine(store, hooks=hooks, save_timeout=save_timeout)
+    await store.open()
+    try:
+        yield engine
+    finally:
+        engine._closed = True
+        await store.close()

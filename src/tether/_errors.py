@@ -1,0 +1,126 @@
+"""The exception hierarchy.
+
+Every failure tether reports is a :class:`TetherError`. Messages name the run,
+the step key and, for files, the path, and say what to do next.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "CheckpointCorruptError",
+    "CodecError",
+    "NonDeterminismError",
+    "NotInRunError",
+    "RunConflictError",
+    "RunNotFoundError",
+    "SaveTimeoutError",
+    "StoreError",
+    "TetherError",
+    "UnknownRequestError",
+    "UsageError",
+    "WorkflowNotFoundError",
+)
+
+
+class TetherError(Exception):
+    """Base class of every error tether raises on its own account.
+
+    A :class:`tether.Paused` is *not* a ``TetherError``: a pause is an outcome,
+    not a failure.
+    """
+
+
+class UsageError(TetherError):
+    """The API was used in a way it does not support.
+
+    Raised, for example, for a handle's ``.result`` read before its
+    ``parallel()`` block exited, or a plain function passed where a step or
+    workflow is expected. Retrying the same call fails the same way; fix the code.
+    """
+
+
+class NotInRunError(UsageError):
+    """A step (or ``parallel()``) was used outside a task tether tracks.
+
+    Steps journal their results into the current run, so they must be awaited
+    from the workflow's own task, from a step, or from a task started with
+    :func:`tether.parallel`. A task started in a plain ``trio.open_nursery``
+    inside a workflow is not tracked: use ``tether.parallel()`` there. To test
+    a step's logic without a run, call its undecorated function, ``step.fn``.
+    """
+
+
+class CodecError(TetherError):
+    """A value could not be encoded to JSON, or decoded back into its type.
+
+    Raised when a step or workflow returns (or is called with) a value tether
+    cannot store faithfully, naming the step; the step's result is *not*
+    journaled. Retrying gives the same error: change the value or its type
+    annotation.
+    """
+
+
+class NonDeterminismError(TetherError):
+    """On replay, a journaled step was called with different arguments.
+
+    The journal says the step with this key ran with other arguments than the
+    workflow passes now: the workflow code or its inputs changed between the
+    original run and the resume. Resuming again fails the same way; start a
+    new run, or give the step an explicit ``key=`` if the calls really differ.
+    """
+
+
+class RunNotFoundError(TetherError, LookupError):
+    """No run with this id is stored. Check the id and the store."""
+
+
+class WorkflowNotFoundError(TetherError, LookupError):
+    """A stored run names a workflow that is not registered in this process.
+
+    Import the module that defines the workflow (decorated with
+    ``@tether.workflow``) before resuming the run.
+    """
+
+
+class RunConflictError(TetherError):
+    """The run cannot be started or resumed in the requested way.
+
+    Raised when a run id is already executing in this engine, when ``run()``
+    names an existing run id with other arguments or another workflow, or when
+    responses are sent to a run that has finished. Nothing stored is changed.
+    """
+
+
+class UnknownRequestError(TetherError, LookupError):
+    """A response names a request the run is not waiting for.
+
+    Nothing is journaled and the run is unchanged; check the keys against
+    ``Paused.requests`` (or ``engine.get_run(run_id).requests``).
+    """
+
+
+class StoreError(TetherError):
+    """The store failed to read or write.
+
+    The operation that raised did not complete; a completed step whose save
+    raised this is *not* journaled and runs again on resume. Retrying (resuming
+    the run) is safe once the store is healthy again.
+    """
+
+
+class SaveTimeoutError(StoreError):
+    """A shielded save (or an end hook) did not finish within ``save_timeout``.
+
+    The store may be hung or very slow. The record may or may not have been
+    written; resuming is safe either way: a stored step is replayed, a missing
+    one runs again.
+    """
+
+
+class CheckpointCorruptError(TetherError):
+    """A stored record could not be read or decoded.
+
+    Names the run and the location (file, row or entry). tether never skips a
+    record it cannot read to return an older one; repair or remove the record
+    by hand. Retrying fails the same way.
+    """

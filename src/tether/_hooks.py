@@ -1,0 +1,70 @@
+"""Hook events and their dispatch."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, final
+
+import attrs
+
+from ._errors import UsageError
+from .stores._protocol import Entry
+
+__all__ = ("HOOK_METHODS", "HookEvent", "Hooks")
+
+HOOK_METHODS = ("on_run_start", "on_run_end", "on_step_start", "on_step_end", "on_checkpoint")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HookEvent:
+    """What a hook is told. One frozen object per call.
+
+    Run events (``on_run_start``, ``on_run_end``) have ``key=None`` and the
+    workflow's name as ``name``; step events carry the step's key and name.
+    """
+
+    run_id: str
+    workflow: str  #: the workflow's registered name
+    name: str  #: the step's name, or the workflow's for run events
+    key: str | None = None  #: the step's journal key; ``None`` for run events
+    exception: BaseException | None = None  #: for ``on_*_end``: what ended it, or ``None``
+    entry: Entry | None = None  #: for ``on_checkpoint``: the stored journal entry
+
+
+@final
+class Hooks:
+    """The hook methods of an engine, grouped by event, checked once."""
+
+    def __init__(self, hooks: Iterable[object]) -> None:
+        self._by_method: dict[str, list[Callable[[HookEvent], Awaitable[Any]]]] = {
+            m: [] for m in HOOK_METHODS
+        }
+        for hook in hooks:
+            found = False
+            for method in HOOK_METHODS:
+                fn = getattr(hook, method, None)
+                if fn is None:
+                    continue
+                if not inspect.iscoroutinefunction(fn):
+                    raise UsageError(f"hook {hook!r}: {method} must be an `async def` method")
+                self._by_method[method].append(fn)
+                found = True
+            if not found:
+                raise UsageError(
+                    f"hook {hook!r} defines none of {', '.join(HOOK_METHODS)}; check the names"
+                )
+        self.any_step = bool(
+            self._by_method["on_step_start"]
+            or self._by_method["on_step_end"]
+            or self._by_method["on_checkpoint"]
+        )
+
+    def has(self, method: str) -> bool:
+        return bool(self._by_method[method])
+
+    async def call(self, method: str, event: HookEvent) -> None:
+        """Call every hook's *method* in order; the first error propagates."""
+        for fn in self._by_method[method]:
+            await fn(event)

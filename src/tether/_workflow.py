@@ -1,0 +1,183 @@
+"""Workflow and step definitions, and the registry of workflow names."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, ParamSpec, TypeVar, final, overload
+
+import attrs
+
+from . import _context
+from ._codec import Signature
+from ._errors import UsageError, WorkflowNotFoundError
+
+__all__ = ("Step", "Workflow", "lookup_workflow", "step", "workflow")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_registry: dict[str, Workflow[..., Any]] = {}
+
+
+def _check_async(fn: object, decorator: str) -> None:
+    if not callable(fn):
+        raise UsageError(f"@{decorator} decorates an async function, not {fn!r}")
+    if not inspect.iscoroutinefunction(fn):
+        kind = (
+            "an async generator (use @tether.stream_step)"
+            if inspect.isasyncgenfunction(fn)
+            else "not an async function"
+        )
+        raise UsageError(f"@{decorator} needs an `async def` function; {fn!r} is {kind}")
+
+
+@final
+@attrs.frozen(eq=False)
+class Step(Generic[P, R]):
+    """A journaled unit of work; made by :func:`tether.step`.
+
+    Awaiting ``step(*args)`` inside a run executes it once: its result is
+    encoded, stored, and returned; on resume a stored result is returned
+    without executing the function again.
+    """
+
+    fn: Callable[P, Awaitable[R]]
+    name: str
+    signature: Signature = attrs.field(repr=False)
+    retries: int = 0
+    timeout: float | None = None
+    key: str | None = None  #: a fixed key set by :meth:`with_key`
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        return _context.call_step(self, args, kwargs, self.key)
+
+    def with_key(self, key: str) -> Step[P, R]:
+        """This step with an explicit journal key instead of ``name#n``.
+
+        ``await charge.with_key("charge-main")(order)``. The key is used as it
+        is under the parent's path; it must be unique within the parent.
+        """
+        if not isinstance(key, str) or not key or "/" in key:
+            raise UsageError(f"a step key is a non-empty string without '/', not {key!r}")
+        return attrs.evolve(self, key=key)
+
+
+@final
+@attrs.frozen(eq=False)
+class Workflow(Generic[P, R]):
+    """A durable async function; made by :func:`tether.workflow`.
+
+    Run it with :meth:`Engine.run <tether.Engine.run>`. Awaiting it directly
+    inside another workflow runs it inline: its steps journal into the calling
+    run.
+    """
+
+    fn: Callable[P, Awaitable[R]]
+    name: str
+    signature: Signature = attrs.field(repr=False)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+        return self.fn(*args, **kwargs)
+
+
+def _make_step(
+    fn: Callable[P, Awaitable[R]], name: str | None, retries: int, timeout: float | None
+) -> Step[P, R]:
+    _check_async(fn, "tether.step")
+    if not isinstance(retries, int) or retries < 0:
+        raise UsageError(f"retries must be a non-negative int, not {retries!r}")
+    if timeout is not None and not (
+        isinstance(timeout, int | float) and timeout > 0 and not math.isnan(timeout)
+    ):
+        raise UsageError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+    name = fn.__name__ if name is None else name
+    if not isinstance(name, str) or not name or "/" in name or "#" in name:
+        raise UsageError(f"a step name is a non-empty string without '/' or '#', not {name!r}")
+    return Step(fn, name, Signature(fn), retries, timeout)
+
+
+@overload
+def step(fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
+@overload
+def step(
+    *, name: str | None = None, retries: int = 0, timeout: float | None = None
+) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]: ...
+def step(
+    fn: Callable[P, Awaitable[R]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
+) -> Step[P, R] | Callable[[Callable[P, Awaitable[R]]], Step[P, R]]:
+    """Mark an ``async def`` as a journaled step.
+
+    Args:
+        name: the name used in journal keys (default: the function's name).
+        retries: how many times to re-run the step after it raises an
+            ``Exception`` (cancellation is never retried). Default 0.
+        timeout: seconds each attempt may take; an attempt that overruns is
+            cancelled and fails with :exc:`trio.TooSlowError` (retried if
+            ``retries`` allows). Default: no limit.
+
+    The return annotation is the type the result is decoded into on replay;
+    an unannotated step may return only JSON primitives (dict, list, str,
+    int, float, bool, None).
+    """
+    if fn is not None:
+        return _make_step(fn, name, retries, timeout)
+    return lambda f: _make_step(f, name, retries, timeout)
+
+
+def _make_workflow(fn: Callable[P, Awaitable[R]], name: str | None) -> Workflow[P, R]:
+    _check_async(fn, "tether.workflow")
+    name = f"{fn.__module__}.{fn.__qualname__}" if name is None else name
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"a workflow name is a non-empty string, not {name!r}")
+    wf = Workflow(fn, name, Signature(fn))
+    _registry[name] = wf
+    return wf
+
+
+@overload
+def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
+@overload
+def workflow(
+    *, name: str | None = None
+) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
+def workflow(
+    fn: Callable[P, Awaitable[R]] | None = None, /, *, name: str | None = None
+) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
+    """Mark an ``async def`` as a workflow and register it by name.
+
+    Args:
+        name: the name stored with each run, used by ``engine.resume`` to find
+            the code again (default: ``"module.qualname"``). Give long-lived
+            workflows an explicit name so that moving the code does not strand
+            stored runs. A later definition with the same name replaces the
+            earlier one in the registry.
+
+    Arguments are stored with the run and decoded by the parameter
+    annotations when the run is resumed; the return annotation decodes the
+    stored result.
+    """
+    if fn is not None:
+        return _make_workflow(fn, name)
+    return lambda f: _make_workflow(f, name)
+
+
+def lookup_workflow(name: str) -> Workflow[..., Any]:
+    """The registered workflow called *name*.
+
+    Raises:
+        WorkflowNotFoundError: nothing is registered under that name.
+    """
+    try:
+        return _registry[name]
+    except KeyError:
+        raise WorkflowNotFoundError(
+            f"no workflow named {name!r} is registered in this process; import the module "
+            "that defines it (with @tether.workflow) before resuming"
+        ) from None
