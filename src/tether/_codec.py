@@ -44,6 +44,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _strict(float, float, int))
     conv.register_structure_hook(str, _strict(str))
     conv.register_structure_hook(bool, _strict(bool))
+    conv.register_structure_hook(type(None), _strict(type(None)))
     return conv
 
 

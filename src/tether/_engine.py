@@ -97,6 +97,16 @@ def _validate_timeout(value: float | None, name: str) -> None:
         raise UsageError(f"{name} must be a non-negative number of seconds or None, not {value!r}")
 
 
+def _first_cancelled(exc: BaseException) -> BaseException:
+    """The first ``Cancelled`` inside *exc* (usually a group of them), else *exc*."""
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _first_cancelled(sub)
+            if isinstance(found, trio.Cancelled):
+                return found
+    return exc
+
+
 def _unwrap_single(group: BaseExceptionGroup[BaseException]) -> BaseException:
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -408,7 +418,7 @@ class Engine:
             if state.caller_cancelled:
                 # The caller's task raises the caller's cancellation; what the
                 # run was unwinding (Cancelled, a sibling's error) ends here.
-                await self._run_end_hook(ex, exc)
+                await self._run_end_hook(ex, _first_cancelled(exc))
                 return
             raise
         finally:
