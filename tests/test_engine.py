@@ -791,3 +791,22 @@ async def test_concurrent_runs_of_one_id_are_refused(autojump_clock: trio.abc.Cl
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(tether.RunConflictError, match="already executing"):
             await engine.run(reverse_finish, 2, run_id="r")
+
+
+async def test_run_start_hook_error_fails_the_run_and_run_end_is_called() -> None:
+    ended: list[BaseException | None] = []
+
+    class Broken:
+        async def on_run_start(self, event: tether.HookEvent) -> None:
+            raise LookupError("no tracer")
+
+        async def on_run_end(self, event: tether.HookEvent) -> None:
+            ended.append(event.exception)
+
+    async with tether.open_engine(tether.MemoryStore(), hooks=[Broken()]) as engine:
+        with pytest.raises(LookupError, match="no tracer"):
+            await engine.run(sequential, 0, run_id="r")
+        info = await engine.get_run("r")
+        assert info is not None and info.status is RunStatus.FAILED
+    assert len(ended) == 1 and isinstance(ended[0], LookupError)
+    assert runs == {}

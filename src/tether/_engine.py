@@ -428,11 +428,11 @@ class Engine:
         state = ex.state
         wf = ex.workflow
         _frame.set(_Frame(state, "", trio.lowlevel.current_task()))
-        if self._hooks.has("on_run_start"):
-            await self._hooks.call(
-                "on_run_start", HookEvent(run_id=state.run_id, workflow=wf.name, name=wf.name)
-            )
         try:
+            if self._hooks.has("on_run_start"):
+                await self._hooks.call(
+                    "on_run_start", HookEvent(run_id=state.run_id, workflow=wf.name, name=wf.name)
+                )
             value = await wf.fn(*ex.args)
             # Encoded at once, like a step's result.
             ex.result_text, decoded = codec.snapshot(
