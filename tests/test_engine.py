@@ -495,7 +495,7 @@ async def test_changed_arguments_on_replay_raise_non_determinism(store: Store) -
         assert info is not None
         assert info.status is RunStatus.FAILED
         assert info.error is not None
-        assert info.error.type == "tether._errors.NonDeterminismError"
+        assert info.error.type == "tether.NonDeterminismError"
 
 
 @tether.step
@@ -810,3 +810,71 @@ async def test_run_start_hook_error_fails_the_run_and_run_end_is_called() -> Non
         assert info is not None and info.status is RunStatus.FAILED
     assert len(ended) == 1 and isinstance(ended[0], LookupError)
     assert runs == {}
+
+
+async def test_every_hook_sees_every_end_even_after_one_raised() -> None:
+    class Raising:
+        async def on_step_end(self, event: tether.HookEvent) -> None:
+            raise KeyError("first hook broke")
+
+    rec = Recorder()
+    async with tether.open_engine(tether.MemoryStore(), hooks=[Raising(), rec]) as engine:
+        with pytest.raises(KeyError, match="first hook broke"):
+            await engine.run(sequential, 0, run_id="r")
+    rec.matched()
+    assert ("end", "fragile#0", None) in rec.events
+
+
+async def test_store_read_failures_are_store_errors(store: Store) -> None:
+    faulty = FaultyStore(store)
+    faulty.inject("get_run", tether.testing.Raise(lambda: OSError("disk gone")))
+    async with tether.open_engine(faulty) as engine:
+        with pytest.raises(tether.StoreError, match="reading run 'r'") as info:
+            await engine.run(sequential, 0, run_id="r")
+        assert isinstance(info.value.__cause__, OSError)
+        with pytest.raises(tether.StoreError, match="disk gone"):
+            await engine.get_run("r")
+
+
+@tether.workflow
+async def cancel_points() -> list[str]:
+    seen: list[str] = []
+    with trio.CancelScope() as scope:
+        if flaky.get("cancelled", False):
+            scope.cancel()
+        try:
+            await double(5)
+            seen.append("returned")
+        except trio.Cancelled:
+            seen.append("cancelled")
+            raise
+    if flaky.get("fail", False):
+        raise ValueError("fail after the step")
+    return seen
+
+
+async def test_a_step_call_is_a_cancel_point_replayed_or_not() -> None:
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        flaky["cancelled"] = True
+        assert await engine.run(cancel_points, run_id="fresh") == ["cancelled"]
+        assert runs == {}  # not executed under a cancelled scope
+
+        flaky["cancelled"], flaky["fail"] = False, True
+        with pytest.raises(ValueError):
+            await engine.run(cancel_points, run_id="replay")
+        assert runs == {"double(5)": 1}
+        flaky["cancelled"], flaky["fail"] = True, False
+        assert await engine.resume("replay") == ["cancelled"]  # the replay raised Cancelled
+        assert runs == {"double(5)": 1}
+
+
+async def test_stored_error_of_a_group_names_what_failed(autojump_clock: trio.abc.Clock) -> None:
+    flaky["reserve"] = True
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        with pytest.RaisesGroup(ValueError):
+            await engine.run(checkout, "o-9", run_id="o-9")
+        info = await engine.get_run("o-9")
+        assert info is not None and info.error is not None
+        assert info.error.type == "ExceptionGroup"
+        assert "ValueError: out of stock" in info.error.message
+        assert info.error.key == "reserve#0"

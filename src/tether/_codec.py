@@ -5,19 +5,36 @@ type to decode into always comes from code (a step's return annotation, a
 workflow's parameter annotations, ``ask``'s ``response_type``), never from
 storage, and nothing is pickled.
 
-Decoding is strict: no lenient coercion (``"1"`` is not an ``int``,
-``{"a": 1}`` is not a ``bool``, unknown attrs fields are refused).
+Decoding is strict: no lenient coercion (``"1"`` is not an ``int``, ``1`` is
+not a ``bool``, ``{"a": 1}`` is not a ``bool``, ``"ab"`` is not a
+``list[str]``, unknown attrs fields are refused). The one widening is the
+numeric one typing itself makes: a ``float`` accepts a JSON integer.
+
+Encoding is canonical, so equal values give equal text in every process
+(argument digests and stored arguments are compared as text): object keys are
+sorted, sets are written sorted by their encoded items, NaN and infinities are
+refused, and object keys must be strings (JSON would silently turn ``1`` into
+``"1"``).
 """
 
 from __future__ import annotations
 
+import base64
+import collections
+import collections.abc as abc
+import dataclasses
+import datetime as dt
+import enum
 import hashlib
 import inspect
 import json
+import math
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import cattrs
 from cattrs.preconf.json import make_converter
 
@@ -25,37 +42,298 @@ from ._errors import CodecError
 
 __all__ = ("Codec", "Signature", "codec", "digest", "dumps", "loads")
 
+_NoneType = type(None)
+_PRIMITIVES = (int, float, str, bool)
+# Annotations whose JSON form is an array; anything else that is iterable (a
+# str, an object's keys) must not stand in for one.
+_ARRAY_ORIGINS: frozenset[Any] = frozenset(
+    {abc.Sequence, abc.MutableSequence, abc.Set, abc.MutableSet, abc.Collection, abc.Iterable}
+)
+_ARRAY_BASES = (list, tuple, set, frozenset, collections.deque)
 
-def _strict(tp: type, *accepted: type) -> Callable[[Any, Any], Any]:
-    ok = accepted or (tp,)
 
-    def structure(value: Any, _: Any) -> Any:
+def _qualname(tp: Any) -> str:
+    return getattr(tp, "__qualname__", None) or repr(tp)
+
+
+def _describe(tp: Any) -> str:
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__qualname__
+    if tp is None:
+        return "None"
+    return repr(tp).replace("typing.", "")
+
+
+def _got(value: Any) -> str:
+    return f"{type(value).__qualname__} {value!r:.60}"
+
+
+# -- strict structure hooks ------------------------------------------------------
+
+
+def _structure_enum(value: Any, cl: type[enum.Enum]) -> enum.Enum:
+    # Enum lookup compares by ==, so IntEnum(True) and IntEnum(1.0) would
+    # succeed: the stored value must have the member value's own type.
+    try:
+        member = cl(value)
+    except (ValueError, TypeError):
+        member = None
+    if member is None or type(member.value) is not type(value):
+        raise ValueError(f"expected a value of {cl.__qualname__}, got {_got(value)}")
+    return member
+
+
+def _primitive(tp: type) -> Callable[[Any, Any], Any]:
+    accepted = (float, int) if tp is float else (tp,)
+
+    def structure(value: Any, cl: Any) -> Any:
+        # Registered by class, so this also receives subclasses: enums with a
+        # str/int/float mix-in, and the likes of `class UserId(str)`.
+        if cl is not tp and isinstance(cl, type) and issubclass(cl, enum.Enum):
+            return _structure_enum(value, cl)
         # `type(...) in` rather than isinstance: True is not an int here.
-        if type(value) in ok:
-            return tp(value) if type(value) is not tp else value
-        raise TypeError(f"expected {tp.__name__}, got {type(value).__name__} {value!r:.60}")
+        if type(value) not in accepted:
+            raise TypeError(f"expected {_qualname(cl)}, got {_got(value)}")
+        if tp is float and not math.isfinite(value):
+            raise ValueError(f"expected a finite float, got {value!r}")
+        return value if type(value) is cl else cl(value)
 
     return structure
 
 
+def _structure_none(value: Any, _: Any) -> None:
+    if value is not None:
+        raise TypeError(f"expected null, got {_got(value)}")
+
+
+def _structure_bytes(value: Any, _: Any) -> bytes:
+    if type(value) is not str:
+        raise TypeError(f"expected bytes as a base85 string, got {_got(value)}")
+    out = base64.b85decode(value)
+    # b85decode tolerates padding and stray lengths; only canonical text is ours.
+    if base64.b85encode(out).decode("ascii") != value:
+        raise ValueError(f"expected bytes as canonical base85 text, got {value!r:.60}")
+    return out
+
+
+def _iso(cl: type[dt.date]) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is not str:
+            raise TypeError(f"expected {cl.__qualname__} as an ISO 8601 string, got {_got(value)}")
+        parsed = cl.fromisoformat(value)
+        # fromisoformat also takes a bare date for a datetime, basic formats,
+        # and so on; only what isoformat() writes is accepted.
+        if type(parsed) is not cl or parsed.isoformat() != value:
+            raise ValueError(f"expected {cl.__qualname__} in isoformat(), got {value!r:.60}")
+        return parsed
+
+    return structure
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+def _is_literal(tp: Any) -> bool:
+    return typing.get_origin(tp) is typing.Literal
+
+
+def _structure_literal(value: Any, cl: Any) -> Any:
+    for arg in typing.get_args(cl):
+        raw = arg.value if isinstance(arg, enum.Enum) else arg
+        if type(raw) is type(value) and raw == value:
+            return arg
+    raise ValueError(f"expected one of {_describe(cl)}, got {_got(value)}")
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _expected_json(tp: Any) -> type | None:
+    """``list`` or ``dict`` when *tp* is decoded from a JSON array or object.
+
+    Mappings are not listed: cattrs structures them through ``.items()``,
+    which only a JSON object has (and it caches their hooks in a way a
+    wrapper would be bypassed by).
+    """
+    origin = typing.get_origin(tp) or tp
+    if origin in _ARRAY_ORIGINS:
+        return list
+    if not isinstance(origin, type) or issubclass(origin, (str, bytes, bytearray)):
+        return None
+    try:
+        if issubclass(origin, _ARRAY_BASES):
+            return list
+    except TypeError:  # TypedDict refuses class checks
+        return None
+    if attrs.has(origin) or dataclasses.is_dataclass(origin):
+        return dict
+    return None
+
+
+class _Shapes:
+    """Wraps cattrs' container and class hooks with a JSON-type check.
+
+    cattrs structures a ``list[str]`` from anything iterable (``"ab"`` becomes
+    ``["a", "b"]``, a dict its keys); the wrapper accepts a JSON array only
+    where an array is expected, and a JSON object where an object is.
+    """
+
+    def __init__(self, conv: cattrs.Converter) -> None:
+        self._conv = conv
+        self._resolving: set[Any] = set()
+
+    def applies(self, tp: Any) -> bool:
+        try:
+            if tp in self._resolving:
+                return False
+        except TypeError:  # an unhashable annotation
+            return False
+        return _expected_json(tp) is not None
+
+    def factory(self, tp: Any) -> Callable[[Any, Any], Any]:
+        want = _expected_json(tp)
+        self._resolving.add(tp)
+        try:
+            # With this wrapper out of the way, cattrs' own hook for *tp*.
+            inner = self._conv.get_structure_hook(tp, cache_result=False)
+        finally:
+            self._resolving.discard(tp)
+        kind = "an array" if want is list else "an object"
+        unique = _is_set(tp)
+
+        def structure(value: Any, cl: Any) -> Any:
+            if type(value) is not want:
+                raise TypeError(f"expected {_describe(cl)} as {kind}, got {_got(value)}")
+            out: Any = inner(value, cl)
+            if unique and len(out) != len(typing.cast(list[Any], value)):
+                raise ValueError(f"expected {_describe(cl)} without repeated items")
+            return out
+
+        return structure
+
+
+def _union_factory(conv: cattrs.Converter) -> Callable[[Any], Callable[[Any, Any], Any]]:
+    def factory(tp: Any) -> Callable[[Any, Any], Any]:
+        members = typing.get_args(tp)
+        exact = frozenset(m for m in members if m in (*_PRIMITIVES, _NoneType))
+        others = [m for m in members if m not in exact]
+        promote = float in exact and int not in exact
+
+        def structure(value: Any, cl: Any) -> Any:
+            # A JSON primitive that is exactly a member is that member (True
+            # is not an int); otherwise the first member that decodes it
+            # strictly, in declaration order. An ambiguous union (bytes | str)
+            # decodes one way only, and the round-trip check at save time
+            # refuses the values that would come back as the other.
+            if type(value) in exact:
+                return value
+            errors: list[str] = []
+            for member in others:
+                try:
+                    return conv.structure(value, member)
+                except Exception as exc:
+                    errors.append(f"not {_describe(member)}: {_explain(exc)}")
+            if promote and type(value) is int:
+                return float(value)
+            detail = f" ({'; '.join(errors)})" if errors else ""
+            raise TypeError(f"expected {_describe(cl)}, got {_got(value)}{detail}")
+
+        return structure
+
+    return factory
+
+
+def _is_set(tp: Any) -> bool:
+    origin = typing.get_origin(tp) or tp
+    if origin in (abc.Set, abc.MutableSet):
+        return True
+    return isinstance(origin, type) and issubclass(origin, (set, frozenset))
+
+
+def _set_unstructure_factory(conv: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
+    def factory(tp: Any) -> Callable[[Any], Any]:
+        args = typing.get_args(tp)
+        item = conv.get_unstructure_hook(args[0] if args else Any)
+
+        def unstructure(value: Any) -> list[Any]:
+            # Sorted by encoded item: a set's iteration order depends on
+            # insertion history and string hashing, which differ by process.
+            return sorted((item(x) for x in value), key=dumps)
+
+        return unstructure
+
+    return factory
+
+
 def _make_converter() -> cattrs.Converter:
     conv = make_converter(forbid_extra_keys=True)
-    conv.register_structure_hook(int, _strict(int))
-    conv.register_structure_hook(float, _strict(float, float, int))
-    conv.register_structure_hook(str, _strict(str))
-    conv.register_structure_hook(bool, _strict(bool))
-    conv.register_structure_hook(type(None), _strict(type(None)))
+    # Registered by class (cattrs' own primitive hooks are, and class dispatch
+    # wins over predicates), so they see enum subclasses and hand them on.
+    for tp in _PRIMITIVES:
+        conv.register_structure_hook(tp, _primitive(tp))
+    conv.register_structure_hook(bytes, _structure_bytes)
+    conv.register_structure_hook(dt.datetime, _iso(dt.datetime))
+    conv.register_structure_hook(dt.date, _iso(dt.date))
+    # Predicates registered later are tried first.
+    conv.register_structure_hook_func(lambda t: t is None or t is _NoneType, _structure_none)
+    conv.register_structure_hook_func(_is_enum, _structure_enum)
+    conv.register_structure_hook_func(_is_literal, _structure_literal)
+    conv.register_structure_hook_factory(_is_union, _union_factory(conv))
+    shapes = _Shapes(conv)
+    conv.register_structure_hook_factory(shapes.applies, shapes.factory)
+    conv.register_unstructure_hook_factory(_is_set, _set_unstructure_factory(conv))
     return conv
 
 
+# -- JSON text ----------------------------------------------------------------------
+
+
+def _check_keys(primitive: Any) -> None:
+    # json.dumps would write {1: 2} as {"1": 2}, which reads back as another value.
+    if isinstance(primitive, dict):
+        for key, value in primitive.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"object keys must be strings, got {_got(key)} (JSON would turn it "
+                    "into a string); use dict[str, ...] or a list of pairs"
+                )
+            _check_keys(value)
+    elif isinstance(primitive, list | tuple):
+        for value in primitive:
+            _check_keys(value)
+
+
 def dumps(primitive: Any) -> str:
-    """Serialize JSON-ready primitives canonically (sorted keys, no NaN)."""
+    """Serialize JSON-ready primitives canonically (sorted keys, no NaN).
+
+    Raises:
+        TypeError: something is not JSON-ready, or an object key is not a str.
+        ValueError: a float is NaN or infinite.
+    """
+    _check_keys(primitive)
+    return _json_text(primitive)
+
+
+def _json_text(primitive: Any) -> str:
     return json.dumps(primitive, allow_nan=False, separators=(",", ":"), sort_keys=True)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text:.40} is out of the range of a float")
+    return value
+
+
 def loads(text: str) -> Any:
-    """Parse JSON text; raises ``ValueError`` on malformed input."""
-    return json.loads(text)
+    """Parse JSON text strictly (no NaN or infinities); raises ``ValueError``."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_float=_parse_float)
 
 
 def digest(text: str) -> str:
@@ -63,8 +341,79 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-def _describe(tp: Any) -> str:
-    return getattr(tp, "__qualname__", None) or repr(tp)
+# -- round-trip check ---------------------------------------------------------------
+
+
+def _explain(exc: BaseException) -> str:
+    """One line for an encoding or decoding error, with the path for nested ones."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, format_exception=_format_exception))
+    return _format_exception(exc, None)
+
+
+def _format_exception(exc: BaseException, _: Any) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unknown fields {', '.join(sorted(exc.extra_fields))}"
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, AttributeError) and str(exc).endswith("has no attribute 'items'"):
+        return f"expected an object ({exc})"  # a mapping structured from a non-object
+    return str(exc) or type(exc).__qualname__
+
+
+def _diff(value: Any, back: Any, path: str) -> str | None:
+    """Where *back* differs from *value* in value or type, or ``None``."""
+    tv, tb = type(value), type(back)
+    if tv is not tb:
+        if tv is int and tb is float and value == back:
+            return None  # an int where a float is declared: typing's own widening
+        return f"{path} is {_got(value)} but comes back as {_got(back)}"
+    if tv is list or tv is tuple:
+        if len(value) != len(back):
+            return f"{path} has {len(value)} items but comes back with {len(back)}"
+        for i, (v, b) in enumerate(zip(value, back, strict=True)):
+            found = _diff(v, b, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if tv is dict or tv is set or tv is frozenset:
+        if len(value) != len(back):
+            return f"{path} has {len(value)} items but comes back with {len(back)}"
+        # Pair each item with the equal one that came back, to compare types.
+        returned = {k: k for k in back}
+        for k in value:
+            if k not in returned:
+                return f"{path} item {k!r:.60} does not come back"
+            found = _diff(k, returned[k], f"{path} item {k!r:.40}")
+            if not found and tv is dict:
+                found = _diff(value[k], back[returned[k]], f"{path}[{k!r:.40}]")
+            if found:
+                return found
+        return None
+    names: list[str] = []
+    if attrs.has(tv):
+        names = [a.name for a in attrs.fields(tv)]
+    elif dataclasses.is_dataclass(tv):
+        names = [f.name for f in dataclasses.fields(tv)]
+    for name in names:
+        found = _diff(getattr(value, name), getattr(back, name), f"{path}.{name}")
+        if found:
+            return found
+    if names:
+        return None  # compared field by field, whatever the class's own __eq__ says
+    if tv is dt.datetime:
+        # Wall time and UTC offset, not ==: an aware datetime comes back with a
+        # fixed-offset tzinfo, and == between different tzinfos is False for a
+        # time in a zone's repeated hour, though nothing was lost.
+        same = (value.replace(tzinfo=None), value.utcoffset()) == (
+            back.replace(tzinfo=None),
+            back.utcoffset(),
+        )
+    else:
+        same = back == value
+    if not same:
+        return f"{path} is {value!r:.60} but comes back as {back!r:.60}"
+    return None
 
 
 class Codec:
@@ -82,26 +431,27 @@ class Codec:
 
         Raises:
             CodecError: the value cannot be encoded, or does not decode back to
-                an equal value of the same type (names *what*).
+                an equal value of the same type, all the way down (names *what*).
         """
         try:
             text = dumps(self._conv.unstructure(value, unstructure_as=tp))
         except Exception as exc:
             raise CodecError(
                 f"{what}: cannot encode {type(value).__qualname__} value {value!r:.80} "
-                f"as {_describe(tp)} to JSON ({exc}). Supported: JSON primitives, attrs "
-                "classes, dataclasses, enums, datetimes, bytes, tuples, sets, "
+                f"as {_describe(tp)} to JSON ({_explain(exc)}). Supported: JSON primitives, "
+                "attrs classes, dataclasses, enums, datetimes, bytes, tuples, sets, "
                 "Optional/Union and containers of these."
             ) from exc
         try:
             back = self._conv.structure(loads(text), tp)
-            equal = bool(back == value) and type(back) is type(value)
+            difference = _diff(value, back, "the value")
         except Exception as exc:
             raise CodecError(
                 f"{what}: {type(value).__qualname__} value {value!r:.80} encodes but does "
-                f"not decode back as {_describe(tp)} ({exc}); check the type annotation."
+                f"not decode back as {_describe(tp)} ({_explain(exc)}); check the type "
+                "annotation."
             ) from exc
-        if not equal:
+        if difference is not None:
             hint = (
                 " It has no type annotation to decode it by: annotate it."
                 if tp is Any
@@ -109,7 +459,7 @@ class Codec:
             )
             raise CodecError(
                 f"{what}: {type(value).__qualname__} value {value!r:.80} does not survive a "
-                f"round trip through JSON (it comes back as {back!r:.80}).{hint}"
+                f"round trip through JSON as {_describe(tp)}: {difference}.{hint}"
             )
         return text, back
 
@@ -123,7 +473,7 @@ class Codec:
             return self._conv.structure(loads(text), tp)
         except Exception as exc:
             raise CodecError(
-                f"{what}: stored value does not decode as {_describe(tp)}: {exc}"
+                f"{what}: stored value does not decode as {_describe(tp)}: {_explain(exc)}"
             ) from exc
 
     def structure(self, primitive: Any, tp: Any, *, what: str) -> Any:
@@ -132,18 +482,22 @@ class Codec:
             return self._conv.structure(primitive, tp)
         except Exception as exc:
             raise CodecError(
-                f"{what}: {primitive!r:.80} does not decode as {_describe(tp)}: {exc}"
+                f"{what}: {primitive!r:.80} does not decode as {_describe(tp)}: {_explain(exc)}"
             ) from exc
 
     def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, what: str) -> str:
-        """Canonical JSON of call arguments by their runtime types (for digests)."""
+        """Canonical JSON of call arguments by their runtime types (for digests).
+
+        Arguments are only digested, never decoded, so object keys that are
+        not strings are let through here (as JSON writes them).
+        """
         try:
-            return dumps([self._conv.unstructure(list(args)), self._conv.unstructure(kwargs)])
+            return _json_text([self._conv.unstructure(list(args)), self._conv.unstructure(kwargs)])
         except Exception as exc:
             raise CodecError(
-                f"{what}: arguments cannot be encoded to JSON ({exc}). Step arguments are "
-                "digested to detect changed inputs on replay; pass data, not live objects "
-                "(create clients inside the step)."
+                f"{what}: arguments cannot be encoded to JSON ({_explain(exc)}). Step "
+                "arguments are digested to detect changed inputs on replay; pass data, not "
+                "live objects (create clients inside the step)."
             ) from exc
 
 
@@ -183,12 +537,12 @@ class Signature:
     def args_type(self, n: int) -> Any:
         """The tuple type of *n* positional arguments, from the annotations."""
         sig, params, _ = self._resolve()
-        types: list[Any] = []
+        arg_types: list[Any] = []
         for p in sig.parameters.values():
-            if len(types) >= n:
+            if len(arg_types) >= n:
                 break
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                types.append(params[p.name])
+                arg_types.append(params[p.name])
             elif p.kind is p.VAR_POSITIONAL:
-                types.extend([params[p.name]] * (n - len(types)))
-        return tuple[tuple(types)] if types else tuple[()]  # type: ignore[misc]
+                arg_types.extend([params[p.name]] * (n - len(arg_types)))
+        return tuple[tuple(arg_types)] if arg_types else tuple[()]  # type: ignore[misc]

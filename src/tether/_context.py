@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
@@ -36,7 +36,7 @@ from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, u
 if TYPE_CHECKING:
     from ._workflow import Step
 
-__all__ = ("Handle", "Parallel", "RunState", "call_step", "error_info", "parallel")
+__all__ = ("Handle", "Parallel", "RunState", "StoreErrors", "call_step", "error_info", "parallel")
 
 log = logging.getLogger("tether")
 
@@ -97,13 +97,54 @@ def _step_key_of(exc: BaseException) -> str | None:
     return key
 
 
+def _type_name(cls: type[BaseException]) -> str:
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    if cls.__module__ == "tether._errors":
+        return f"tether.{cls.__qualname__}"  # the public name
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            yield from _leaves(sub)
+    else:
+        yield exc
+
+
 def error_info(exc: BaseException) -> ErrorInfo:
-    """The stored description of *exc*, naming the step it came out of."""
-    cls = type(exc)
-    name = (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
-    return ErrorInfo(type=name, message=str(exc), key=_step_key_of(exc))
+    """The stored description of *exc*, naming the step it came out of.
+
+    For an exception group the message lists the errors inside it, so the
+    stored record says what actually failed.
+    """
+    message = str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [f"{_type_name(type(e))}: {e}" for e in _leaves(exc)]
+        message = f"{exc.message}: {'; '.join(leaves)}"
+    return ErrorInfo(type=_type_name(type(exc)), message=message, key=_step_key_of(exc))
+
+
+class StoreErrors:
+    """Turns a store's own exceptions (``OSError``, a driver's) into :class:`StoreError`.
+
+    tether's errors and ``BaseException``s (``Cancelled``) pass through as they are.
+    """
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, TetherError):
+            raise StoreError(f"{self.what} failed: {exc!r}") from exc
 
 
 @attrs.define(eq=False)
@@ -119,8 +160,6 @@ class RunState:
     seen: set[str] = attrs.field(factory=set)  # keys called in this execution
     shields: set[trio.CancelScope] = attrs.field(factory=set)
     caller_cancelled: bool = False
-    executed: int = 0
-    replayed: int = 0
 
     # -- caller cancellation -------------------------------------------------
 
@@ -166,17 +205,11 @@ class RunState:
 
     async def save(self, entry: Entry) -> Entry:
         """Append *entry* to the journal, shielded; return the stored entry."""
-        what = f"saving step {entry.key}"
-        try:
+        what = f"saving step {entry.key} in run {self.run_id!r}"
+        with StoreErrors(what):
             stored = await self.shielded(what, self.store.append, self.run_id, (entry,))
-        except (TetherError, trio.Cancelled):
-            raise
-        except Exception as exc:
-            raise StoreError(f"{what} in run {self.run_id!r} failed: {exc!r}") from exc
         if len(stored) != 1:
-            raise StoreError(
-                f"{what} in run {self.run_id!r}: the store returned {len(stored)} entries for one"
-            )
+            raise StoreError(f"{what}: the store returned {len(stored)} entries for one")
         self.journal[entry.key] = stored[0]
         return stored[0]
 
@@ -219,6 +252,9 @@ class RunState:
                 "must be unique within their parent"
             )
         self.seen.add(key)
+        # Every step call is a cancel point, replayed or not (a replay has no
+        # other await; a fresh step's save is shielded).
+        await trio.lowlevel.checkpoint_if_cancelled()
         what = f"step {key} of run {self.run_id!r}"
         args_digest = digest(codec.encode_args(args, kwargs, what=what))
         entry = self.journal.get(key)
@@ -229,7 +265,8 @@ class RunState:
                     "called with now: the workflow's code or inputs changed since the run "
                     "started. Start a new run, or give differing calls explicit keys."
                 )
-            self.replayed += 1
+            # ...and a schedule point: a long replay must not starve other tasks.
+            await trio.lowlevel.cancel_shielded_checkpoint()
             try:
                 return codec.decode(entry.value or "null", step.signature.return_type, what=what)
             except CodecError as exc:
@@ -309,10 +346,8 @@ class RunState:
                 else:
                     with trio.fail_after(step.timeout):
                         value = await step.fn(*args, **kwargs)
-                self.executed += 1
                 return value, attempt
             except Exception as exc:
-                self.executed += 1
                 if attempt > step.retries:
                     raise
                 log.warning(

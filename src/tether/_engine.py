@@ -32,14 +32,12 @@ import attrs
 import trio
 
 from ._codec import codec, loads
-from ._context import RunState, _Frame, _frame, error_info
+from ._context import RunState, StoreErrors, _Frame, _frame, error_info
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
     RunConflictError,
     RunNotFoundError,
-    StoreError,
-    TetherError,
     UnknownRequestError,
     UsageError,
     WorkflowNotFoundError,
@@ -173,7 +171,8 @@ class Engine:
         self._workflows[wf.name] = wf
         run_id = run_id or uuid.uuid4().hex
         with trio.fail_after(timeout) if timeout is not None else nullcontext():
-            record = await self._store.get_run(run_id)
+            with StoreErrors(f"reading run {run_id!r}"):
+                record = await self._store.get_run(run_id)
             if record is None:
                 now = utcnow()
                 record = RunRecord(
@@ -181,7 +180,8 @@ class Engine:
                 )
                 self._claim(run_id)
                 try:
-                    await self._store.create_run(record)
+                    with StoreErrors(f"creating run {run_id!r}"):
+                        await self._store.create_run(record)
                     return await self._execute(wf, record, decoded_args, {})  # type: ignore[no-any-return]
                 finally:
                     self._active.discard(run_id)
@@ -222,7 +222,8 @@ class Engine:
         _validate_timeout(timeout, "timeout")
         self._check_open()
         with trio.fail_after(timeout) if timeout is not None else nullcontext():
-            record = await self._store.get_run(run_id)
+            with StoreErrors(f"reading run {run_id!r}"):
+                record = await self._store.get_run(run_id)
             if record is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
             if responses:
@@ -245,16 +246,19 @@ class Engine:
         cannot be read.
         """
         self._check_open()
-        record = await self._store.get_run(run_id)
-        if record is None:
-            return None
-        entries = await self._store.load_entries(run_id)
+        with StoreErrors(f"reading run {run_id!r}"):
+            record = await self._store.get_run(run_id)
+            if record is None:
+                return None
+            entries = await self._store.load_entries(run_id)
         return self._info(record, tuple(entries))
 
     async def list_runs(self) -> list[RunInfo]:
         """Every stored run, oldest first, without journals (use :meth:`get_run`)."""
         self._check_open()
-        return [self._info(r, ()) for r in await self._store.list_runs()]
+        with StoreErrors("listing runs"):
+            records = await self._store.list_runs()
+        return [self._info(r, ()) for r in records]
 
     # -- internals ---------------------------------------------------------------
 
@@ -345,7 +349,9 @@ class Engine:
         self._claim(record.run_id)
         try:
             journal: dict[str, Entry] = {}
-            for entry in await self._store.load_entries(record.run_id):
+            with StoreErrors(f"loading the journal of run {record.run_id!r}"):
+                entries = await self._store.load_entries(record.run_id)
+            for entry in entries:
                 if entry.kind is EntryKind.STEP and entry.status is EntryStatus.COMPLETED:
                     # The first completed record of a key is the one the
                     # workflow saw; a later duplicate (a save retried after an
@@ -355,7 +361,8 @@ class Engine:
                 record = attrs.evolve(
                     record, status=RunStatus.RUNNING, error=None, updated_at=utcnow()
                 )
-                await self._store.update_run(record)
+                with StoreErrors(f"marking run {record.run_id!r} running"):
+                    await self._store.update_run(record)
             return await self._execute(wf, record, args, journal)
         finally:
             self._active.discard(record.run_id)
@@ -464,17 +471,16 @@ class Engine:
                 updated_at=utcnow(),
             )
         try:
-            await state.shielded("storing the final status", self._store.update_run, record)
+            what = f"storing the final status of run {state.run_id!r}"
+            with StoreErrors(what):
+                await state.shielded(what, self._store.update_run, record)
         except Exception as exc:
             if ex.error is not None:
                 ex.error.add_note(
                     f"tether: storing run {state.run_id!r} as failed also failed: {exc!r}"
                 )
-            elif isinstance(exc, TetherError):
-                ex.error = exc
             else:
-                ex.error = StoreError(f"storing the result of run {state.run_id!r} failed: {exc!r}")
-                ex.error.__cause__ = exc
+                ex.error = exc
         await self._run_end_hook(ex, ex.error)
 
     async def _run_end_hook(self, ex: _Execution, exc: BaseException | None) -> None:
@@ -502,10 +508,12 @@ async def open_engine(
         hooks: objects with any of the async methods ``on_run_start``,
             ``on_run_end``, ``on_step_start``, ``on_step_end``,
             ``on_checkpoint``; each is called with one :class:`HookEvent`.
-        save_timeout: seconds each shielded save (and end hook) may take
-            when the run itself is being cancelled by the framework; a save
-            that overruns fails with :class:`SaveTimeoutError`. Must be
-            positive; ``math.inf`` disables the bound.
+        save_timeout: seconds each shielded save (and each end hook) may
+            take. Saves are shielded from framework-owned cancellation (a
+            failing sibling), so this bound is what keeps a hung store from
+            holding a failing run forever; a save that overruns fails with
+            :class:`SaveTimeoutError`. Must be positive; ``math.inf``
+            disables the bound.
     """
     if not isinstance(store, Store):
         raise UsageError(

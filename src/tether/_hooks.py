@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 import attrs
+import trio
 
 from ._errors import UsageError
 from .stores._protocol import Entry
 
 __all__ = ("HOOK_METHODS", "HookEvent", "Hooks")
+
+log = logging.getLogger("tether")
 
 HOOK_METHODS = ("on_run_start", "on_run_end", "on_step_start", "on_step_end", "on_checkpoint")
 
@@ -65,6 +69,24 @@ class Hooks:
         return bool(self._by_method[method])
 
     async def call(self, method: str, event: HookEvent) -> None:
-        """Call every hook's *method* in order; the first error propagates."""
+        """Call every hook's *method* in order, even after one raised.
+
+        Every hook sees every event (so each hook's starts and ends match);
+        the first error is raised once all were called, later ones are logged.
+        """
+        first: BaseException | None = None
         for fn in self._by_method[method]:
-            await fn(event)
+            try:
+                await fn(event)
+            except BaseException as exc:
+                if first is None:
+                    first = exc
+                elif not isinstance(exc, trio.Cancelled):
+                    log.error(
+                        "tether: %s hook error after an earlier one: %r", method, exc, exc_info=exc
+                    )
+        if first is not None:
+            try:
+                raise first
+            finally:
+                first = None

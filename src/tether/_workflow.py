@@ -17,6 +17,7 @@ __all__ = ("Step", "Workflow", "lookup_workflow", "step", "workflow")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 _registry: dict[str, Workflow[..., Any]] = {}
 
@@ -35,7 +36,7 @@ def _check_async(fn: object, decorator: str) -> None:
 
 @final
 @attrs.frozen(eq=False)
-class Step(Generic[P, R]):
+class Step(Generic[P, R_co]):
     """A journaled unit of work; made by :func:`tether.step`.
 
     Awaiting ``step(*args)`` inside a run executes it once: its result is
@@ -43,17 +44,17 @@ class Step(Generic[P, R]):
     without executing the function again.
     """
 
-    fn: Callable[P, Awaitable[R]]
+    fn: Callable[P, Awaitable[R_co]]
     name: str
     signature: Signature = attrs.field(repr=False)
     retries: int = 0
     timeout: float | None = None
     key: str | None = None  #: a fixed key set by :meth:`with_key`
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
         return _context.call_step(self, args, kwargs, self.key)
 
-    def with_key(self, key: str) -> Step[P, R]:
+    def with_key(self, key: str) -> Step[P, R_co]:
         """This step with an explicit journal key instead of ``name#n``.
 
         ``await charge.with_key("charge-main")(order)``. The key is used as it
@@ -66,7 +67,7 @@ class Step(Generic[P, R]):
 
 @final
 @attrs.frozen(eq=False)
-class Workflow(Generic[P, R]):
+class Workflow(Generic[P, R_co]):
     """A durable async function; made by :func:`tether.workflow`.
 
     Run it with :meth:`Engine.run <tether.Engine.run>`. Awaiting it directly
@@ -74,11 +75,11 @@ class Workflow(Generic[P, R]):
     run.
     """
 
-    fn: Callable[P, Awaitable[R]]
+    fn: Callable[P, Awaitable[R_co]]
     name: str
     signature: Signature = attrs.field(repr=False)
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R_co]:
         return self.fn(*args, **kwargs)
 
 

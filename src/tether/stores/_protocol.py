@@ -96,7 +96,7 @@ class Entry:
     args_digest: str = ""  #: digest of the encoded arguments, checked on replay
     started_at: datetime
     finished_at: datetime
-    attempt: int = 1  #: 1 for the first attempt; counts retries and resumed re-runs
+    attempt: int = 1  #: which attempt of the step (1 + retries used) produced this record
     seq: int | None = None
 
     def to_json(self) -> dict[str, Any]:
