@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import collections.abc as abc
 import dataclasses
 import datetime as dt
@@ -44,6 +45,7 @@ __all__ = ("Codec", "Signature", "codec", "digest", "dumps", "loads")
 
 _NoneType = type(None)
 _PRIMITIVES = (int, float, str, bool)
+_SCALARS = frozenset({int, float, str, bool, type(None)})
 # Annotations whose JSON form is an array; anything else that is iterable (a
 # str, an object's keys) must not stand in for one.
 _ARRAY_ORIGINS: frozenset[Any] = frozenset(
@@ -316,8 +318,13 @@ def dumps(primitive: Any) -> str:
     return _json_text(primitive)
 
 
+# One encoder and one decoder, made once: json.dumps/loads with options build
+# a new one per call, which shows on the per-step path.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), sort_keys=True)
+
+
 def _json_text(primitive: Any) -> str:
-    return json.dumps(primitive, allow_nan=False, separators=(",", ":"), sort_keys=True)
+    return _ENCODER.encode(primitive)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -331,9 +338,14 @@ def _parse_float(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_parse_float)
+
+
 def loads(text: str) -> Any:
     """Parse JSON text strictly (no NaN or infinities); raises ``ValueError``."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_parse_float)
+    if not isinstance(text, str):
+        raise TypeError(f"expected JSON text, got {type(text).__qualname__}")
+    return _DECODER.decode(text)
 
 
 def digest(text: str) -> str:
@@ -433,6 +445,12 @@ class Codec:
             CodecError: the value cannot be encoded, or does not decode back to
                 an equal value of the same type, all the way down (names *what*).
         """
+        cls = type(value)
+        if cls in _SCALARS and (tp is cls or tp is Any):
+            # Fast path: a scalar that is exactly its declared type encodes to
+            # itself and decodes to an equal value of the same type.
+            if cls is not float or math.isfinite(value):
+                return _ENCODER.encode(value), value
         try:
             text = dumps(self._conv.unstructure(value, unstructure_as=tp))
         except Exception as exc:
@@ -491,6 +509,10 @@ class Codec:
         Arguments are only digested, never decoded, so object keys that are
         not strings are let through here (as JSON writes them).
         """
+        if not kwargs and all(type(a) in _SCALARS for a in args):
+            # Fast path, same text as below: scalars unstructure to themselves.
+            with contextlib.suppress(ValueError):  # NaN: let the full path explain
+                return _ENCODER.encode([list(args), {}])
         try:
             return _json_text([self._conv.unstructure(list(args)), self._conv.unstructure(kwargs)])
         except Exception as exc:

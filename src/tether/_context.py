@@ -164,9 +164,16 @@ class RunState:
     # -- caller cancellation -------------------------------------------------
 
     def cancel_by_caller(self) -> None:
-        """The caller cancelled: cut every shielded save short, now and later."""
+        """The caller cancelled: cut every shielded save short, now and later.
+
+        Each shield is lifted, so the caller's own cancellation reaches the
+        save and propagates from it directly (one unwind, not a caught and
+        re-raised one); the scope is cancelled too, so a save that user code
+        wrapped in a shield of its own is cut short all the same.
+        """
         self.caller_cancelled = True
         for scope in self.shields:
+            scope.shield = False
             scope.cancel()
 
     async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -180,8 +187,12 @@ class RunState:
             trio.Cancelled: the caller cancelled.
             SaveTimeoutError: ``save_timeout`` expired first.
         """
-        scope = trio.CancelScope(shield=True, deadline=trio.current_time() + self.save_timeout)
+        scope = trio.CancelScope(
+            shield=not self.caller_cancelled, deadline=trio.current_time() + self.save_timeout
+        )
         if self.caller_cancelled:
+            # The verdict is sticky: a save that starts after the caller
+            # cancelled does not wait at all.
             scope.cancel()
         self.shields.add(scope)
         try:
@@ -189,9 +200,10 @@ class RunState:
                 return await afn(*args)
         finally:
             self.shields.discard(scope)
-        # Only reached when the shield caught a cancellation: never pretend the
-        # call returned. Outside the shield the caller's cancellation is visible,
-        # so this checkpoint raises the caller's own Cancelled.
+        # Only reached when the scope caught a cancellation: never pretend the
+        # call returned. The caller's cancellation normally propagates through
+        # the lifted shield and never gets here; under a shield of the user's
+        # own it does, and this checkpoint raises Cancelled if anything can.
         if self.caller_cancelled:
             await trio.lowlevel.checkpoint()
             raise StoreError(
@@ -295,7 +307,15 @@ class RunState:
             if event is not None:
                 await self.hooks.call("on_step_start", event)
             started = utcnow()
-            value, attempt = await self._attempts(step, key, args, kwargs)
+            if step.retries or step.timeout is not None:
+                value, attempt = await self._attempts(step, key, args, kwargs)
+            else:  # the common case, without the retry loop's frame
+                token = _frame.set(_Frame(self, key, trio.lowlevel.current_task()))
+                try:
+                    value = await step.fn(*args, **kwargs)
+                finally:
+                    _frame.reset(token)
+                attempt = 1
             # Snapshot now, synchronously: no other task runs before the value
             # is encoded, so nothing can change what is stored.
             text, decoded = codec.snapshot(

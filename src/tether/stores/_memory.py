@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-import attrs
 import trio
 
 from .._errors import RunConflictError, RunNotFoundError
@@ -66,7 +65,7 @@ class MemoryStore:
         if journal is None:
             raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
         start = len(journal) + 1
-        stored = [attrs.evolve(e, seq=start + i) for i, e in enumerate(entries)]
+        stored = [e.stored_as(start + i) for i, e in enumerate(entries)]
         journal.extend(stored)
         return stored
 

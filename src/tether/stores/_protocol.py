@@ -99,6 +99,22 @@ class Entry:
     attempt: int = 1  #: which attempt of the step (1 + retries used) produced this record
     seq: int | None = None
 
+    def stored_as(self, seq: int) -> Entry:
+        """A copy of this entry with its ``seq`` assigned (for stores)."""
+        return Entry(
+            run_id=self.run_id,
+            key=self.key,
+            kind=self.kind,
+            status=self.status,
+            value=self.value,
+            error=self.error,
+            args_digest=self.args_digest,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            attempt=self.attempt,
+            seq=seq,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """This entry as a JSON-ready dict."""
         return {
