@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import base64
 import collections
-import contextlib
 import collections.abc as abc
+import contextlib
 import dataclasses
 import datetime as dt
 import enum
@@ -446,11 +446,14 @@ class Codec:
                 an equal value of the same type, all the way down (names *what*).
         """
         cls = type(value)
-        if cls in _SCALARS and (tp is cls or tp is Any):
+        if (
+            cls in _SCALARS
+            and (tp is cls or tp is Any)
+            and (cls is not float or math.isfinite(value))
+        ):
             # Fast path: a scalar that is exactly its declared type encodes to
             # itself and decodes to an equal value of the same type.
-            if cls is not float or math.isfinite(value):
-                return _ENCODER.encode(value), value
+            return _ENCODER.encode(value), value
         try:
             text = dumps(self._conv.unstructure(value, unstructure_as=tp))
         except Exception as exc:
