@@ -179,6 +179,8 @@ class RunState:
     async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``afn(*args)`` shielded from framework cancellation.
 
+        *what* names the operation and its run in error messages.
+
         A sibling's failure cannot interrupt it; the caller's cancellation can
         (the scope is cut short by :meth:`cancel_by_caller`, or starts cut short
         if the caller has already cancelled), and so can ``save_timeout``.
@@ -207,11 +209,11 @@ class RunState:
         if self.caller_cancelled:
             await trio.lowlevel.checkpoint()
             raise StoreError(
-                f"{what} in run {self.run_id!r} was cut short by the caller's cancellation; "
+                f"{what} was cut short by the caller's cancellation; "
                 "the record may not be stored (resuming is safe)"
             )
         raise SaveTimeoutError(
-            f"{what} in run {self.run_id!r} did not finish within save_timeout="
+            f"{what} did not finish within save_timeout="
             f"{self.save_timeout}s; the store may be hung (resuming is safe)"
         )
 
@@ -237,7 +239,10 @@ class RunState:
             return
         try:
             await self.shielded(
-                f"hook {method} for {event.key or event.name}", self.hooks.call, method, event
+                f"hook {method} for {event.key or event.name} in run {self.run_id!r}",
+                self.hooks.call,
+                method,
+                event,
             )
         except BaseException as exc:
             if propagating is None:
@@ -335,7 +340,7 @@ class RunState:
             stored = await self.save(entry)
             if event is not None:
                 await self.shielded(
-                    f"hook on_checkpoint for {key}",
+                    f"hook on_checkpoint for {key} in run {self.run_id!r}",
                     self.hooks.call,
                     "on_checkpoint",
                     attrs.evolve(event, entry=stored),
