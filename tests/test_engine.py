@@ -878,3 +878,25 @@ async def test_stored_error_of_a_group_names_what_failed(autojump_clock: trio.ab
         assert info.error.type == "ExceptionGroup"
         assert "ValueError: out of stock" in info.error.message
         assert info.error.key == "reserve#0"
+
+
+async def test_a_monkeypatched_append_that_returns_nothing_still_journals(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The pinned fault-injection point is Store.append: tests wrap it by hand.
+    store = tether.MemoryStore()
+    original = store.append
+
+    async def slow_append(run_id: str, entries: Any) -> None:
+        await trio.sleep(1.0)
+        await original(run_id, entries)
+
+    store.append = slow_append  # type: ignore[method-assign,assignment]
+    charges.clear()
+    flaky["reserve"] = True
+    async with tether.open_engine(store) as engine:
+        with pytest.RaisesGroup(ValueError):
+            await engine.run(checkout, "o-5", run_id="o-5")
+        flaky["reserve"] = False
+        assert await engine.resume("o-5") == ["receipt-o-5", "reserved-o-5"]
+    assert charges == {"o-5": 1}

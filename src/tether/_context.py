@@ -222,10 +222,16 @@ class RunState:
         what = f"saving step {entry.key} in run {self.run_id!r}"
         with StoreErrors(what):
             stored = await self.shielded(what, self.store.append, self.run_id, (entry,))
-        if len(stored) != 1:
+        if stored is None:
+            # A store that does not report what it stored (a minimal wrapper
+            # that forgot to return): the write succeeded, the seq is unknown.
+            result = entry
+        elif len(stored) == 1:
+            result = stored[0]
+        else:
             raise StoreError(f"{what}: the store returned {len(stored)} entries for one")
-        self.journal[entry.key] = stored[0]
-        return stored[0]
+        self.journal[entry.key] = result
+        return result
 
     async def end_hook(
         self, method: str, event: HookEvent, propagating: BaseException | None

@@ -207,7 +207,9 @@ class Store(Protocol):
         """Atomically append journal entries to a run; the one journal write.
 
         Assigns each entry the run's next ``seq`` (distinct and increasing,
-        also under concurrent appends) and returns the stored entries.
+        also under concurrent appends) and returns the stored entries. (The
+        engine tolerates ``None`` from a store that does not report them:
+        the write counts as done, with the seq unknown to hooks.)
 
         Raises:
             RunNotFoundError: no run with this id.
