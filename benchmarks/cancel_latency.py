@@ -26,9 +26,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from typing import Protocol
@@ -38,6 +35,7 @@ import trio.testing
 
 import tether
 import tether.testing
+from _env import print_environment
 
 TARGET_MS = 0.5  # p99 within this many ms of bare trio
 READY_TIMEOUT = 60.0  # seconds to wait for the N saves to hang before calling it a bug
@@ -211,37 +209,6 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def load_text() -> str:
-    try:
-        one, five, _ = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"{os.cpu_count()} cpus, load average {one:.2f} (1 min) {five:.2f} (5 min)"
-
-
-def source_text() -> str:
-    """The tether tree measured: its git commit, and whether src/ has local changes."""
-    src = os.path.dirname(os.path.dirname(os.path.abspath(tether.__file__)))
-    try:
-        commit = subprocess.run(
-            ["git", "-C", src, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", src, "status", "--porcelain", "--", "."],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return f"{src} (not a git checkout)"
-    return f"{src} at {commit}{' + uncommitted changes' if dirty else ''}"
-
-
 def header(quick: bool, plan: list[tuple[int, int]]) -> None:
     print("tether benchmark: caller-cancellation latency with every journal save hanging")
     print(
@@ -250,12 +217,7 @@ def header(quick: bool, plan: list[tuple[int, int]]) -> None:
         "          (FaultyStore(MemoryStore()) + Hang); real clock, gc enabled, gc.collect()\n"
         "          before each sample"
     )
-    print(
-        f"machine:  {platform.platform()}; {platform.machine()}; "
-        f"python {platform.python_version()} ({platform.python_implementation()}); "
-        f"trio {trio.__version__}; tether {tether.__version__}"
-    )
-    print(f"load:     {load_text()}; source: {source_text()}")
+    print_environment(quick)
     print(f"target:   tether p99 within {TARGET_MS} ms of bare trio (the floor)")
     plan_text = ", ".join(f"N={n}: {iters}" for n, iters in plan)
     print(f"samples:  {plan_text}{' (--quick)' if quick else ''}; p99 is nearest-rank")

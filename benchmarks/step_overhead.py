@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import os
-import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
@@ -33,6 +30,7 @@ import attrs
 import trio
 
 import tether
+from _env import print_environment
 
 TARGET_US = 25.0  # overhead per step, tether - plain await
 PARALLEL_WIDTH = 100
@@ -147,37 +145,6 @@ async def time_plain(variant: Variant, k: int, repeats: int) -> list[float]:
     return out
 
 
-def load_text() -> str:
-    try:
-        one, five, _ = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"{os.cpu_count()} cpus, load average {one:.2f} (1 min) {five:.2f} (5 min)"
-
-
-def source_text() -> str:
-    """The tether tree measured: its git commit, and whether src/ has local changes."""
-    src = os.path.dirname(os.path.dirname(os.path.abspath(tether.__file__)))
-    try:
-        commit = subprocess.run(
-            ["git", "-C", src, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", src, "status", "--porcelain", "--", "."],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return f"{src} (not a git checkout)"
-    return f"{src} at {commit}{' + uncommitted changes' if dirty else ''}"
-
-
 def header(quick: bool, k: int, repeats: int, zero_repeats: int) -> None:
     print("tether benchmark: per-step overhead, MemoryStore, against plain `await`")
     print(
@@ -186,13 +153,7 @@ def header(quick: bool, k: int, repeats: int, zero_repeats: int) -> None:
         "          overhead = tether per step - plain per step; gc enabled, gc.collect()\n"
         "          before each timed run; no hooks"
     )
-    print(
-        f"machine:  {platform.platform()}; {platform.machine()}; "
-        f"python {platform.python_version()} ({platform.python_implementation()}); "
-        f"trio {trio.__version__}; tether {tether.__version__}"
-        f"{' (--quick)' if quick else ''}"
-    )
-    print(f"load:     {load_text()}; source: {source_text()}")
+    print_environment(quick)
     print(f"target:   <= {TARGET_US:g} us overhead per step")
     print()
 
