@@ -69,7 +69,9 @@ class RunInfo:
     run_id: str
     workflow: str
     status: RunStatus
-    result: Any  #: the decoded result when completed, else ``None``
+    #: the result when completed, decoded by the workflow's return annotation
+    #: (as plain JSON values when the workflow is not defined in this process)
+    result: Any
     error: ErrorInfo | None  #: what the run failed with, when failed
     requests: tuple[Any, ...]  #: pending requests (when paused)
     entries: tuple[Entry, ...]  #: the journal (``get_run`` only; empty from ``list_runs``)
@@ -323,12 +325,10 @@ class Engine:
             ) from exc
 
     def _info(self, record: RunRecord, entries: tuple[Entry, ...]) -> RunInfo:
-        wf = self._workflows.get(record.workflow)
-        if wf is None:
-            try:
-                wf = lookup_workflow(record.workflow)
-            except WorkflowNotFoundError:
-                wf = None
+        try:
+            wf: Workflow[..., Any] | None = self._find_workflow(record)
+        except WorkflowNotFoundError:
+            wf = None  # not defined here: the result is shown as stored (JSON values)
         return RunInfo(
             run_id=record.run_id,
             workflow=record.workflow,
