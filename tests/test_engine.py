@@ -900,3 +900,24 @@ async def test_a_monkeypatched_append_that_returns_nothing_still_journals(
         flaky["reserve"] = False
         assert await engine.resume("o-5") == ["receipt-o-5", "reserved-o-5"]
     assert charges == {"o-5": 1}
+
+
+async def test_many_concurrent_runs_share_one_engine(
+    store: Store, autojump_clock: trio.abc.Clock
+) -> None:
+    flaky["after"] = False
+    results: dict[str, list[str]] = {}
+    async with tether.open_engine(store) as engine:
+
+        async def one(i: int) -> None:
+            results[f"r{i}"] = await engine.run(reverse_finish, 3, run_id=f"r{i}")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(one, i)
+        assert trio.current_time() == 3.0  # all ran concurrently
+        assert all(r == ["call-0", "call-1", "call-2"] for r in results.values())
+        assert len(results) == 200
+        assert runs == {f"call-{i}": 200 for i in range(3)}
+        infos = await engine.list_runs()
+        assert {i.status for i in infos} == {RunStatus.COMPLETED}
