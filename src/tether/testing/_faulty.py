@@ -44,7 +44,7 @@ class Hang:
     """Never return (until cancelled); the call is not made."""
 
     async def apply(self, method: str, n: int) -> None:
-        await trio.sleep(math.inf)
+        await trio.sleep_forever()
 
 
 @final
