@@ -82,7 +82,7 @@ def _current_frame(what: str) -> _Frame:
 
 def _note_key(exc: BaseException, key: str) -> None:
     # The innermost step an error came out of is the one worth naming.
-    if getattr(exc, _KEY_ATTR, None) is None:
+    if isinstance(exc, Exception) and getattr(exc, _KEY_ATTR, None) is None:
         with contextlib.suppress(AttributeError):  # exotic exception types
             setattr(exc, _KEY_ATTR, key)
 
