@@ -381,7 +381,7 @@ class RunState:
             except Exception as exc:
                 if attempt > step.retries:
                     raise
-                log.warning(
+                log.info(
                     "tether: step %s of run %s failed (attempt %d of %d), retrying: %r",
                     key,
                     self.run_id,
