@@ -921,3 +921,31 @@ async def test_many_concurrent_runs_share_one_engine(
         assert runs == {f"call-{i}": 200 for i in range(3)}
         infos = await engine.list_runs()
         assert {i.status for i in infos} == {RunStatus.COMPLETED}
+
+
+def test_keyboard_interrupt_is_a_prompt_caller_cancellation() -> None:
+    import signal
+
+    store = hanging_store()
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with tether.open_engine(store) as engine:
+
+            async def interrupt() -> None:
+                await trio.sleep(0.2)
+                signal.raise_signal(signal.SIGINT)
+
+            # the interrupt comes from a system task, as a real Ctrl-C would
+            trio.lowlevel.spawn_system_task(interrupt)
+            try:
+                await engine.run(fan_out, 50, run_id="ki")
+            finally:
+                seen["at"] = trio.current_time()
+                with trio.CancelScope(shield=True):
+                    seen["info"] = await engine.get_run("ki")
+
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert seen["at"] == pytest.approx(0.2)
+    assert seen["info"].status is RunStatus.RUNNING
