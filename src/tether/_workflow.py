@@ -27,7 +27,7 @@ def _check_async(fn: object, decorator: str) -> None:
         raise UsageError(f"@{decorator} decorates an async function, not {fn!r}")
     if not inspect.iscoroutinefunction(fn):
         kind = (
-            "an async generator (use @tether.stream_step)"
+            "an async generator (streaming steps are not supported yet)"
             if inspect.isasyncgenfunction(fn)
             else "not an async function"
         )
@@ -87,7 +87,7 @@ def _make_step(
     fn: Callable[P, Awaitable[R]], name: str | None, retries: int, timeout: float | None
 ) -> Step[P, R]:
     _check_async(fn, "tether.step")
-    if not isinstance(retries, int) or retries < 0:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise UsageError(f"retries must be a non-negative int, not {retries!r}")
     if timeout is not None and not (
         isinstance(timeout, int | float) and timeout > 0 and not math.isnan(timeout)
