@@ -36,7 +36,16 @@ from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, u
 if TYPE_CHECKING:
     from ._workflow import Step
 
-__all__ = ("Handle", "Parallel", "RunState", "StoreErrors", "call_step", "error_info", "parallel")
+__all__ = (
+    "Handle",
+    "Parallel",
+    "RunState",
+    "StoreErrors",
+    "call_step",
+    "check_key",
+    "error_info",
+    "parallel",
+)
 
 log = logging.getLogger("tether")
 
@@ -78,6 +87,13 @@ def _current_frame(what: str) -> _Frame:
             "so its key is fixed and its result journaled"
         )
     return frame
+
+
+def check_key(key: object) -> str:
+    """An explicit step key, validated: a non-empty string without ``/``."""
+    if not isinstance(key, str) or not key or "/" in key:
+        raise UsageError(f"a step key is a non-empty string without '/', not {key!r}")
+    return key
 
 
 def _note_key(exc: BaseException, key: str) -> None:
@@ -507,8 +523,8 @@ class Parallel:
             raise UsageError(
                 "start_soon() must be called from the task that opened the parallel() block"
             )
-        if key is not None and (not isinstance(key, str) or not key or "/" in key):
-            raise UsageError(f"a step key is a non-empty string without '/', not {key!r}")
+        if key is not None:
+            check_key(key)
         if isinstance(fn, Step):
             handle: Handle[R] = Handle(self, frame.next_key(fn.name, key or fn.key))
             self._nursery.start_soon(self._child_step, fn, handle, args, name=handle.key)

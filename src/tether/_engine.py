@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, final
 
@@ -180,13 +180,10 @@ class Engine:
                 record = RunRecord(
                     run_id=run_id, workflow=wf.name, args=args_text, created_at=now, updated_at=now
                 )
-                self._claim(run_id)
-                try:
+                with self._claimed(run_id):
                     with StoreErrors(f"creating run {run_id!r}"):
                         await self._store.create_run(record)
                     return await self._execute(wf, record, decoded_args, {})  # type: ignore[no-any-return]
-                finally:
-                    self._active.discard(run_id)
             if record.workflow != wf.name:
                 raise RunConflictError(
                     f"run {run_id!r} belongs to workflow {record.workflow!r}, not {wf.name!r}"
@@ -270,10 +267,16 @@ class Engine:
                 "this engine is closed: use it inside its `async with open_engine(...)` block"
             )
 
-    def _claim(self, run_id: str) -> None:
+    @contextmanager
+    def _claimed(self, run_id: str) -> Iterator[None]:
+        """Mark *run_id* as executing in this engine for the block."""
         if run_id in self._active:
             raise RunConflictError(f"run {run_id!r} is already executing in this engine")
         self._active.add(run_id)
+        try:
+            yield
+        finally:
+            self._active.discard(run_id)
 
     def _encode_args(
         self, wf: Workflow[..., Any], args: tuple[Any, ...]
@@ -346,8 +349,7 @@ class Engine:
     ) -> Any:
         if record.status is RunStatus.COMPLETED:
             return self._decode_result(record, wf)
-        self._claim(record.run_id)
-        try:
+        with self._claimed(record.run_id):
             journal: dict[str, Entry] = {}
             with StoreErrors(f"loading the journal of run {record.run_id!r}"):
                 entries = await self._store.load_entries(record.run_id)
@@ -364,8 +366,6 @@ class Engine:
                 with StoreErrors(f"marking run {record.run_id!r} running"):
                     await self._store.update_run(record)
             return await self._execute(wf, record, args, journal)
-        finally:
-            self._active.discard(record.run_id)
 
     async def _execute(
         self,

@@ -60,9 +60,7 @@ class Step(Generic[P, R_co]):
         ``await charge.with_key("charge-main")(order)``. The key is used as it
         is under the parent's path; it must be unique within the parent.
         """
-        if not isinstance(key, str) or not key or "/" in key:
-            raise UsageError(f"a step key is a non-empty string without '/', not {key!r}")
-        return attrs.evolve(self, key=key)
+        return attrs.evolve(self, key=_context.check_key(key))
 
 
 @final
