@@ -6,12 +6,14 @@ crashes, fails or times out resumes without repeating finished steps.
 
 from ._context import Handle as Handle
 from ._context import Parallel as Parallel
+from ._context import ask as ask
 from ._context import parallel as parallel
 from ._engine import Engine as Engine
 from ._engine import RunInfo as RunInfo
 from ._engine import open_engine as open_engine
 from ._errors import CheckpointCorruptError as CheckpointCorruptError
 from ._errors import CodecError as CodecError
+from ._errors import InvalidResponseError as InvalidResponseError
 from ._errors import NonDeterminismError as NonDeterminismError
 from ._errors import NotInRunError as NotInRunError
 from ._errors import RunConflictError as RunConflictError
@@ -23,6 +25,8 @@ from ._errors import UnknownRequestError as UnknownRequestError
 from ._errors import UsageError as UsageError
 from ._errors import WorkflowNotFoundError as WorkflowNotFoundError
 from ._hooks import HookEvent as HookEvent
+from ._requests import Paused as Paused
+from ._requests import Request as Request
 from ._version import __version__ as __version__
 from ._workflow import Step as Step
 from ._workflow import Workflow as Workflow
@@ -37,10 +41,13 @@ __all__ = (
     "Engine",
     "Handle",
     "HookEvent",
+    "InvalidResponseError",
     "MemoryStore",
     "NonDeterminismError",
     "NotInRunError",
     "Parallel",
+    "Paused",
+    "Request",
     "RunConflictError",
     "RunInfo",
     "RunNotFoundError",
@@ -54,6 +61,7 @@ __all__ = (
     "Workflow",
     "WorkflowNotFoundError",
     "__version__",
+    "ask",
     "open_engine",
     "parallel",
     "step",

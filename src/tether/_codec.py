@@ -41,7 +41,7 @@ from cattrs.preconf.json import make_converter
 
 from ._errors import CodecError
 
-__all__ = ("Codec", "Signature", "codec", "digest", "dumps", "loads")
+__all__ = ("Codec", "Signature", "codec", "describe", "digest", "dumps", "loads")
 
 _NoneType = type(None)
 _PRIMITIVES = (int, float, str, bool)
@@ -56,6 +56,11 @@ _ARRAY_BASES = (list, tuple, set, frozenset, collections.deque)
 
 def _qualname(tp: Any) -> str:
     return getattr(tp, "__qualname__", None) or repr(tp)
+
+
+def describe(tp: Any) -> str:
+    """A type's readable name: ``bool``, ``list[int]``, ``Order``."""
+    return _describe(tp)
 
 
 def _describe(tp: Any) -> str:
@@ -504,6 +509,23 @@ class Codec:
         except Exception as exc:
             raise CodecError(
                 f"{what}: {primitive!r:.80} does not decode as {_describe(tp)}: {_explain(exc)}"
+            ) from exc
+
+    def to_primitive(self, value: Any, *, what: str) -> Any:
+        """*value* as JSON-ready primitives, by its runtime type (canonical, checked).
+
+        Used for values that are shown or decoded later by a type known only
+        then (``ask`` payloads, responses given to ``resume``).
+
+        Raises:
+            CodecError: the value cannot be encoded to JSON (names *what*).
+        """
+        try:
+            return loads(dumps(self._conv.unstructure(value)))
+        except Exception as exc:
+            raise CodecError(
+                f"{what}: cannot encode {type(value).__qualname__} value {value!r:.80} to "
+                f"JSON ({_explain(exc)})"
             ) from exc
 
     def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, what: str) -> str:

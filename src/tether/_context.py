@@ -14,15 +14,16 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 import attrs
 import trio
 
-from ._codec import codec, digest
+from ._codec import codec, describe, digest, dumps
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
+    InvalidResponseError,
     NonDeterminismError,
     NotInRunError,
     SaveTimeoutError,
@@ -31,6 +32,7 @@ from ._errors import (
     UsageError,
 )
 from ._hooks import HookEvent, Hooks
+from ._requests import Request
 from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ __all__ = (
     "Parallel",
     "RunState",
     "StoreErrors",
+    "ask",
     "call_step",
     "check_key",
     "error_info",
@@ -176,6 +179,66 @@ class RunState:
     seen: set[str] = attrs.field(factory=set)  # keys called in this execution
     shields: set[trio.CancelScope] = attrs.field(factory=set)
     caller_cancelled: bool = False
+    # -- settlement (see ask()) --
+    run_scope: trio.CancelScope | None = None  # the run nursery's scope
+    live: int = 0  # tracked tasks alive: the workflow task and parallel() children
+    idle: int = 0  # ...of which waiting in ask() or for their parallel() children
+    asking: dict[str, Request] = attrs.field(factory=dict)  # requests now waited on
+    settled: tuple[Request, ...] | None = None  # the requests, once the run settled
+    # responses given to resume(), as JSON primitives, until journaled
+    provided: dict[str, Any] = attrs.field(factory=dict)
+    accepted: dict[str, Entry] = attrs.field(factory=dict)  # ...decoded, waiting to be stored
+    responses_stored: trio.Event = attrs.field(factory=trio.Event)
+    aborted: BaseException | None = None  # a response did not decode: undo the resume
+
+    # -- settlement ----------------------------------------------------------
+
+    def task_started(self) -> None:
+        """Count a tracked task; call when it is *scheduled*, not when it starts.
+
+        Counting at spawn time matters: a task that is scheduled but has not
+        run yet is live, and must keep the run from settling.
+        """
+        self.live += 1
+
+    def task_done(self) -> None:
+        """A tracked task finished (however it ended)."""
+        self.live -= 1
+        self._check_settled()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The current tracked task waits for other tracked tasks in the block.
+
+        It cannot act before they do, so it does not keep the run from settling.
+        """
+        self.idle += 1
+        self._check_settled()
+        try:
+            yield
+        finally:
+            self.idle -= 1
+
+    def _check_settled(self) -> None:
+        # Every live task is finished or waiting, and someone waits in ask():
+        # nothing can ever answer it in this execution. Settle: cancel the
+        # run nursery (framework-owned, so completed saves drain) and pause.
+        if (
+            self.asking
+            and self.settled is None
+            and self.aborted is None
+            and self.idle >= self.live
+            and self.run_scope is not None
+        ):
+            self.settled = tuple(self.asking.values())
+            self.run_scope.cancel()
+
+    def abort(self, exc: BaseException) -> None:
+        """Stop this execution and undo the resume that started it (bad response)."""
+        if self.aborted is None:
+            self.aborted = exc
+        if self.run_scope is not None:
+            self.run_scope.cancel()
 
     # -- caller cancellation -------------------------------------------------
 
@@ -281,16 +344,19 @@ class RunState:
 
     # -- steps ---------------------------------------------------------------
 
+    def _claim(self, key: str) -> None:
+        if key in self.seen:
+            raise UsageError(
+                f"key {key!r} is used twice in run {self.run_id!r}; explicit keys "
+                "must be unique within their parent"
+            )
+        self.seen.add(key)
+
     async def execute_step(
         self, step: Step[..., Any], key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Replay the step with *key* from the journal, or run and journal it."""
-        if key in self.seen:
-            raise UsageError(
-                f"step key {key!r} is used twice in run {self.run_id!r}; explicit keys "
-                "must be unique within their parent"
-            )
-        self.seen.add(key)
+        self._claim(key)
         # Every step call is a cancel point, replayed or not (a replay has no
         # other await; a fresh step's save is shielded).
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -413,6 +479,95 @@ class RunState:
             prefix = key + "/"
             self.seen = {k for k in self.seen if not k.startswith(prefix)}
 
+    # -- human input -----------------------------------------------------------
+
+    async def ask(self, key: str, payload: Any, response_type: Any) -> Any:
+        """Return the response to the request *key*, or wait until the run settles."""
+        self._claim(key)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        what = f"request {key} of run {self.run_id!r}"
+        shown = codec.to_primitive(payload, what=f"the payload of {what}")
+        payload_digest = digest(dumps(shown))
+        entry = self.journal.get(key)
+        if entry is not None:
+            if entry.kind is not EntryKind.RESPONSE or entry.args_digest != payload_digest:
+                raise NonDeterminismError(
+                    f"{what}: the journal holds {entry.kind} seq {entry.seq} for this key "
+                    "with another payload or kind than asked now: the workflow's code or "
+                    "inputs changed since the run started. Start a new run, or give "
+                    "differing asks explicit keys."
+                )
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            try:
+                return codec.decode(entry.value or "null", response_type, what=what)
+            except CodecError as exc:
+                raise CheckpointCorruptError(
+                    f"{what}: journaled response seq {entry.seq} cannot be decoded: {exc}"
+                ) from exc
+        request = Request(key=key, payload=shown, response_type=describe(response_type))
+        if key in self.provided:
+            return await self._take_response(request, response_type, payload_digest)
+        self.asking[key] = request
+        try:
+            with self.waiting():
+                # Only the settlement (or the caller) ends this wait.
+                await trio.sleep_forever()
+        finally:
+            del self.asking[key]
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _take_response(
+        self, request: Request, response_type: Any, payload_digest: str
+    ) -> Any:
+        key = request.key
+        started = utcnow()
+        try:
+            value = codec.structure(
+                self.provided[key], response_type, what=f"the response to {key}"
+            )
+        except CodecError as exc:
+            error = InvalidResponseError(
+                f"run {self.run_id!r}: the response to request {key} does not decode as "
+                f"{request.response_type}: {exc}. Nothing was journaled; the run stays "
+                "paused: resume it with a response of that type."
+            )
+            self.abort(error)
+            await trio.lowlevel.checkpoint()  # raises Cancelled: the run is stopping
+            raise error from exc  # pragma: no cover - only under a shield of the user's own
+        self.accepted[key] = Entry(
+            run_id=self.run_id,
+            key=key,
+            kind=EntryKind.RESPONSE,
+            status=EntryStatus.COMPLETED,
+            value=dumps(self.provided[key]),
+            args_digest=payload_digest,
+            started_at=started,
+            finished_at=utcnow(),
+        )
+        if len(self.accepted) == len(self.provided):
+            # The last response to be checked stores them all, in one append:
+            # either every response given to resume() is journaled, or none.
+            await self._store_responses()
+        else:
+            self.asking[key] = request
+            try:
+                with self.waiting():
+                    await self.responses_stored.wait()
+            finally:
+                del self.asking[key]
+        return value
+
+    async def _store_responses(self) -> None:
+        entries = list(self.accepted.values())
+        what = f"saving the responses {', '.join(self.accepted)} in run {self.run_id!r}"
+        with StoreErrors(what):
+            stored = await self.shielded(what, self.store.append, self.run_id, entries)
+        for entry in stored or entries:
+            self.journal[entry.key] = entry
+        self.provided.clear()
+        self.accepted.clear()
+        self.responses_stored.set()
+
 
 async def call_step(
     step: Step[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
@@ -488,8 +643,11 @@ class Parallel:
     async def __aexit__(
         self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
+        assert self._frame is not None
         try:
-            suppress: bool = await self._manager.__aexit__(etype, exc, tb)
+            # Waiting for the children does not keep the run from settling.
+            with self._frame.run.waiting():
+                suppress: bool = await self._manager.__aexit__(etype, exc, tb)
             return suppress
         finally:
             self._closed = True
@@ -527,27 +685,77 @@ class Parallel:
             check_key(key)
         if isinstance(fn, Step):
             handle: Handle[R] = Handle(self, frame.next_key(fn.name, key or fn.key))
-            self._nursery.start_soon(self._child_step, fn, handle, args, name=handle.key)
+            child: Callable[..., Awaitable[None]] = self._child_step
         else:
             if not callable(fn):
                 raise UsageError(f"start_soon() takes a step or an async function, not {fn!r}")
             name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or "branch"
             handle = Handle(self, frame.next_key(name, key))
-            self._nursery.start_soon(self._child_branch, fn, handle, args, name=handle.key)
+            child = self._child_branch
+        self._nursery.start_soon(child, fn, handle, args, name=handle.key)
+        frame.run.task_started()
         return handle
 
     async def _child_step(
         self, step: Step[..., Any], handle: Handle[Any], args: tuple[Any, ...]
     ) -> None:
         assert self._frame is not None
-        handle._value = await self._frame.run.execute_step(step, handle.key, args, {})
+        run = self._frame.run
+        try:
+            handle._value = await run.execute_step(step, handle.key, args, {})
+        finally:
+            run.task_done()
 
     async def _child_branch(
         self, fn: Callable[..., Awaitable[Any]], handle: Handle[Any], args: tuple[Any, ...]
     ) -> None:
         assert self._frame is not None
-        _frame.set(_Frame(self._frame.run, handle.key, trio.lowlevel.current_task()))
-        handle._value = await fn(*args)
+        run = self._frame.run
+        _frame.set(_Frame(run, handle.key, trio.lowlevel.current_task()))
+        try:
+            handle._value = await fn(*args)
+        finally:
+            run.task_done()
+
+
+@overload
+async def ask(payload: Any, response_type: type[T], key: str | None = None) -> T: ...
+@overload
+async def ask(payload: Any, response_type: Any, key: str | None = None) -> Any: ...
+async def ask(payload: Any, response_type: Any, key: str | None = None) -> Any:
+    """Ask a human (or any outside party) and wait for the response.
+
+    Use inside a workflow, a step or a ``parallel()`` branch. The request's
+    key is fixed at call time like a step key (``path/ask#n``, or
+    ``path/<key>`` with ``key=``), so it is stable across replays. With a
+    journaled response (given to an earlier ``resume``), that response is
+    returned at once, decoded strictly into *response_type*. Otherwise the
+    asking task waits; when every live task of the run is finished or
+    waiting in ``ask``, the run *settles*: completed steps' saves drain, the
+    pending requests are stored with the run, the run's tasks are cancelled
+    (framework-owned), and ``engine.run``/``engine.resume`` raise
+    :class:`tether.Paused` listing every pending request.
+
+    A checkpoint. The pause reaches the asking code as ``trio.Cancelled``,
+    which ``except Exception`` cannot swallow; a step that asks is not
+    failed by the pause, it runs again on resume and its nested steps that
+    completed replay from the journal.
+
+    Args:
+        payload: what to ask; any value tether can encode to JSON (it is
+            stored and shown as JSON values in ``Paused.requests``).
+        response_type: the type the response is decoded into, strictly.
+        key: an explicit key instead of ``ask#n`` (no ``/``).
+
+    Raises:
+        NotInRunError: outside a run, or in a task tether does not track.
+        CodecError: the payload cannot be encoded to JSON.
+        NonDeterminismError: the journal holds another payload for this key.
+    """
+    if key is not None:
+        check_key(key)
+    frame = _current_frame("tether.ask()")
+    return await frame.run.ask(frame.next_key("ask", key), payload, response_type)
 
 
 def parallel() -> Parallel:

@@ -36,6 +36,7 @@ from ._context import RunState, StoreErrors, _Frame, _frame, error_info
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
+    InvalidResponseError,
     RunConflictError,
     RunNotFoundError,
     UnknownRequestError,
@@ -43,6 +44,7 @@ from ._errors import (
     WorkflowNotFoundError,
 )
 from ._hooks import HookEvent, Hooks
+from ._requests import Paused, Request, request_from_json, request_to_json
 from ._workflow import Workflow, lookup_workflow
 from .stores._protocol import (
     Entry,
@@ -73,7 +75,7 @@ class RunInfo:
     #: (as plain JSON values when the workflow is not defined in this process)
     result: Any
     error: ErrorInfo | None  #: what the run failed with, when failed
-    requests: tuple[Any, ...]  #: pending requests (when paused)
+    requests: tuple[Request, ...]  #: pending requests (when paused)
     entries: tuple[Entry, ...]  #: the journal (``get_run`` only; empty from ``list_runs``)
     created_at: datetime
     updated_at: datetime
@@ -85,11 +87,16 @@ class _Execution:
     workflow: Workflow[..., Any]
     args: tuple[Any, ...]
     record: RunRecord
+    original: RunRecord  # as stored before this execution (restored by an undo)
     done: trio.Event = attrs.field(factory=trio.Event)
     finished: bool = False  # the workflow returned or raised an Exception
     value: Any = None  # the decoded result
     result_text: str | None = None  # the encoded result
     error: Exception | None = None  # what the workflow raised
+
+
+#: Entry kinds a replay takes from the journal (when completed).
+_REPLAYED = frozenset({EntryKind.STEP, EntryKind.RESPONSE})
 
 
 def _validate_timeout(value: float | None, name: str) -> None:
@@ -225,18 +232,11 @@ class Engine:
                 record = await self._store.get_run(run_id)
             if record is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
-            if responses:
-                if record.status is RunStatus.COMPLETED:
-                    raise RunConflictError(
-                        f"run {run_id!r} has completed; it takes no responses "
-                        f"(got {', '.join(map(repr, responses))})"
-                    )
-                raise UnknownRequestError(
-                    f"run {run_id!r} has no pending request with key "
-                    f"{', '.join(map(repr, responses))}; its pending requests: none"
-                )
+            provided = self._check_responses(record, responses) if responses else {}
             wf = self._find_workflow(record)
-            return await self._continue(wf, record, self._decode_args(wf, record))
+            return await self._continue(
+                wf, record, self._decode_args(wf, record), provided=provided
+            )
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The stored state of a run and its journal, or ``None`` for an unknown id.
@@ -260,6 +260,46 @@ class Engine:
         return [self._info(r, ()) for r in records]
 
     # -- internals ---------------------------------------------------------------
+
+    def _check_responses(self, record: RunRecord, responses: Mapping[str, Any]) -> dict[str, Any]:
+        """The responses as JSON primitives, once each names a pending request."""
+        run_id = record.run_id
+        if not isinstance(responses, Mapping):
+            raise UsageError(
+                f"responses must be a mapping of request keys to values, not {responses!r}"
+            )
+        keys = ", ".join(map(repr, responses))
+        if record.status is RunStatus.COMPLETED:
+            raise RunConflictError(
+                f"run {run_id!r} has completed; it takes no responses (got {keys})"
+            )
+        pending = (
+            [r.key for r in self._requests(record)] if record.status is RunStatus.PAUSED else []
+        )
+        unknown = [k for k in responses if k not in pending]
+        if unknown:
+            raise UnknownRequestError(
+                f"run {run_id!r} (status {record.status}) has no pending request with key "
+                f"{', '.join(map(repr, unknown))}; its pending requests: "
+                f"{', '.join(map(repr, pending)) or 'none'}. Nothing was journaled."
+            )
+        provided: dict[str, Any] = {}
+        for key, value in responses.items():
+            try:
+                provided[key] = codec.to_primitive(value, what=f"the response to {key}")
+            except CodecError as exc:
+                raise InvalidResponseError(
+                    f"run {run_id!r}: {exc}. Nothing was journaled; the run stays paused."
+                ) from None
+        return provided
+
+    def _requests(self, record: RunRecord) -> tuple[Request, ...]:
+        try:
+            return tuple(request_from_json(text) for text in record.requests)
+        except (ValueError, TypeError) as exc:
+            raise CheckpointCorruptError(
+                f"run {record.run_id!r}: a stored pending request cannot be read: {exc}"
+            ) from exc
 
     def _check_open(self) -> None:
         if self._closed:
@@ -338,34 +378,42 @@ class Engine:
             status=record.status,
             result=self._decode_result(record, wf),
             error=record.error,
-            requests=tuple(record.requests),
+            requests=self._requests(record),
             entries=entries,
             created_at=record.created_at,
             updated_at=record.updated_at,
         )
 
     async def _continue(
-        self, wf: Workflow[..., Any], record: RunRecord, args: tuple[Any, ...]
+        self,
+        wf: Workflow[..., Any],
+        record: RunRecord,
+        args: tuple[Any, ...],
+        *,
+        provided: dict[str, Any] | None = None,
     ) -> Any:
         if record.status is RunStatus.COMPLETED:
             return self._decode_result(record, wf)
+        original = record
         with self._claimed(record.run_id):
             journal: dict[str, Entry] = {}
             with StoreErrors(f"loading the journal of run {record.run_id!r}"):
                 entries = await self._store.load_entries(record.run_id)
             for entry in entries:
-                if entry.kind is EntryKind.STEP and entry.status is EntryStatus.COMPLETED:
+                if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
                     # The first completed record of a key is the one the
                     # workflow saw; a later duplicate (a save retried after an
                     # unclear failure) carries the same call.
                     journal.setdefault(entry.key, entry)
             if record.status is not RunStatus.RUNNING:
                 record = attrs.evolve(
-                    record, status=RunStatus.RUNNING, error=None, updated_at=utcnow()
+                    record, status=RunStatus.RUNNING, error=None, requests=(), updated_at=utcnow()
                 )
                 with StoreErrors(f"marking run {record.run_id!r} running"):
                     await self._store.update_run(record)
-            return await self._execute(wf, record, args, journal)
+            return await self._execute(
+                wf, record, args, journal, provided=provided or {}, original=original
+            )
 
     async def _execute(
         self,
@@ -373,6 +421,9 @@ class Engine:
         record: RunRecord,
         args: tuple[Any, ...],
         journal: dict[str, Entry],
+        *,
+        provided: dict[str, Any] | None = None,
+        original: RunRecord | None = None,
     ) -> Any:
         state = RunState(
             run_id=record.run_id,
@@ -381,8 +432,11 @@ class Engine:
             hooks=self._hooks,
             save_timeout=self._save_timeout,
             journal=journal,
+            provided=provided or {},
         )
-        ex = _Execution(state=state, workflow=wf, args=args, record=record)
+        ex = _Execution(
+            state=state, workflow=wf, args=args, record=record, original=original or record
+        )
         caller_exc: BaseException | None = None
         try:
             async with trio.open_nursery() as guard:
@@ -405,7 +459,7 @@ class Engine:
                 raise caller_exc
             finally:
                 caller_exc = None
-        assert ex.finished
+        assert ex.finished or ex.error is not None
         if ex.error is not None:
             try:
                 raise ex.error
@@ -417,10 +471,20 @@ class Engine:
         state = ex.state
         try:
             async with trio.open_nursery() as run_nursery:
+                state.run_scope = run_nursery.cancel_scope
                 run_nursery.start_soon(
                     self._workflow_task, ex, name=f"tether workflow {state.run_id}"
                 )
-            await self._finish(ex)
+                state.task_started()
+            if state.aborted is not None:
+                await self._undo(ex, state.aborted)
+            elif not ex.finished:
+                # Only a settlement cancels the run nursery and leaves the
+                # workflow unfinished.
+                assert state.settled is not None
+                await self._pause(ex, state.settled)
+            else:
+                await self._finish(ex)
         except BaseException as exc:
             if state.caller_cancelled:
                 # The caller's task raises the caller's cancellation; what the
@@ -450,6 +514,8 @@ class Engine:
             ex.value = decoded
         except Exception as exc:
             ex.error = exc
+        finally:
+            state.task_done()
         ex.finished = True
 
     async def _finish(self, ex: _Execution) -> None:
@@ -482,6 +548,40 @@ class Engine:
             else:
                 ex.error = exc
         await self._run_end_hook(ex, ex.error)
+
+    async def _pause(self, ex: _Execution, requests: tuple[Request, ...]) -> None:
+        """Store the settled run as paused with its requests; raise :class:`Paused`."""
+        state = ex.state
+        record = attrs.evolve(
+            ex.record,
+            status=RunStatus.PAUSED,
+            requests=tuple(request_to_json(r) for r in requests),
+            result=None,
+            error=None,
+            updated_at=utcnow(),
+        )
+        outcome: Exception = Paused(state.run_id, requests)
+        what = f"storing run {state.run_id!r} as paused"
+        try:
+            with StoreErrors(what):
+                await state.shielded(what, self._store.update_run, record)
+        except Exception as exc:
+            outcome = exc  # not stored as paused: resuming pauses it again
+        await self._run_end_hook(ex, outcome)
+        ex.error = outcome
+
+    async def _undo(self, ex: _Execution, error: BaseException) -> None:
+        """A response did not decode: put the run back as it was stored, raise *error*."""
+        state = ex.state
+        assert isinstance(error, Exception)
+        what = f"restoring run {state.run_id!r} as it was"
+        try:
+            with StoreErrors(what):
+                await state.shielded(what, self._store.update_run, ex.original)
+        except Exception as exc:
+            error.add_note(f"tether: {what} failed too: {exc!r}; resume it to pause it again")
+        await self._run_end_hook(ex, error)
+        ex.error = error
 
     async def _run_end_hook(self, ex: _Execution, exc: BaseException | None) -> None:
         if self._hooks.has("on_run_end"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = (
     "CheckpointCorruptError",
     "CodecError",
+    "InvalidResponseError",
     "NonDeterminismError",
     "NotInRunError",
     "RunConflictError",
@@ -96,6 +97,17 @@ class UnknownRequestError(TetherError, LookupError):
 
     Nothing is journaled and the run is unchanged; check the keys against
     ``Paused.requests`` (or ``engine.get_run(run_id).requests``).
+    """
+
+
+class InvalidResponseError(TetherError, TypeError):
+    """A response does not decode strictly into the type its request expects.
+
+    Raised by ``engine.resume(run_id, responses=...)`` naming the request key
+    and the expected type (no lenient coercion: ``{"a": 1}`` is not a
+    ``bool``, ``"1"`` is not an ``int``). Nothing is journaled and the run
+    stays ``paused`` with the same pending requests; resume again with a
+    response of the right type.
     """
 
 
