@@ -32,6 +32,7 @@ EXAMPLES = ROOT / "examples"
 PAIRED = {
     "tutorial.md": "tutorial.py",
     "how-to/deadlines-and-cancellation.md": "deadlines.py",
+    "how-to/human-input.md": "approval.py",
 }
 #: pages whose ```python blocks, in order, are a pytest module run from here
 EXECUTED = "how-to/test-a-workflow.md"

@@ -92,6 +92,16 @@ def _current_frame(what: str) -> _Frame:
     return frame
 
 
+def _key_order(request: Request) -> list[tuple[str, int]]:
+    # Requests come out in key order, counting "#n" as a number, so the order
+    # is the same in every execution whatever the scheduler did.
+    order: list[tuple[str, int]] = []
+    for part in request.key.split("/"):
+        name, _, n = part.rpartition("#")
+        order.append((name, int(n)) if n.isdigit() and name else (part, -1))
+    return order
+
+
 def check_key(key: object) -> str:
     """An explicit step key, validated: a non-empty string without ``/``."""
     if not isinstance(key, str) or not key or "/" in key:
@@ -230,7 +240,7 @@ class RunState:
             and self.idle >= self.live
             and self.run_scope is not None
         ):
-            self.settled = tuple(self.asking.values())
+            self.settled = tuple(sorted(self.asking.values(), key=_key_order))
             self.run_scope.cancel()
 
     def abort(self, exc: BaseException) -> None:
