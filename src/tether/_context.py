@@ -30,6 +30,7 @@ from ._errors import (
     TetherError,
     UsageError,
 )
+from ._events import CheckpointStored, Observer, RunEvent, StepFinished, StepStarted
 from ._hooks import HookEvent, Hooks
 from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
 
@@ -176,6 +177,12 @@ class RunState:
     seen: set[str] = attrs.field(factory=set)  # keys called in this execution
     shields: set[trio.CancelScope] = attrs.field(factory=set)
     caller_cancelled: bool = False
+    observer: Observer | None = None  # receives live events (Engine.open_run)
+
+    def emit(self, event: RunEvent) -> None:
+        """Tell the run's observer, if any, about *event* (never blocks)."""
+        if self.observer is not None:
+            self.observer(event)
 
     # -- caller cancellation -------------------------------------------------
 
@@ -331,6 +338,7 @@ class RunState:
         )
         propagating: BaseException | None = None
         try:
+            self.emit(StepStarted(run_id=self.run_id, key=key, name=step.name))
             if event is not None:
                 await self.hooks.call("on_step_start", event)
             started = utcnow()
@@ -360,6 +368,7 @@ class RunState:
                 attempt=attempt,
             )
             stored = await self.save(entry)
+            self.emit(CheckpointStored(run_id=self.run_id, key=key, name=step.name, entry=stored))
             if event is not None:
                 await self.shielded(
                     f"hook on_checkpoint for {key} in run {self.run_id!r}",
@@ -377,6 +386,9 @@ class RunState:
                 await self.end_hook(
                     "on_step_end", attrs.evolve(event, exception=propagating), propagating
                 )
+            self.emit(
+                StepFinished(run_id=self.run_id, key=key, name=step.name, exception=propagating)
+            )
             del propagating
 
     async def _attempts(
