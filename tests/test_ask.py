@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -476,3 +477,56 @@ async def test_pause_in_one_engine_resume_in_another(store: Store) -> None:
         assert [r.key for r in info.requests] == ["ask#0"]
         assert await engine.resume("x", responses={"ask#0": True}) == "shipped-o-8"
     assert effects == {"total_of(o-8)": 1, "ship(o-8)": 1}
+
+
+# -- asks in streams, and the live events of a pause ---------------------------------------
+
+
+@tether.stream_step
+async def numbers_until_told(start: int) -> AsyncIterator[int]:
+    yield start
+    stop: int = await tether.ask("how far?", int)  # asked by the producer task
+    for n in range(start + 1, stop):
+        yield n
+
+
+@tether.workflow
+async def streamed() -> list[int]:
+    out = []
+    async with tether.open_stream(numbers_until_told, 1) as items:
+        async for n in items:
+            out.append(n)
+            if n == 1:
+                out.append(await tether.ask("keep going?", int))  # asked by the consumer
+    return out
+
+
+async def test_asks_from_a_stream_producer_and_its_consumer_settle(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        with pytest.raises(tether.Paused) as caught:
+            await engine.run(streamed, run_id="st")
+        assert [r.key for r in caught.value.requests] == ["ask#0"]
+        with pytest.raises(tether.Paused) as caught:
+            await engine.resume("st", responses={"ask#0": 0})
+        # the consumer asked for the next item: the producer runs and asks
+        assert [r.key for r in caught.value.requests] == ["numbers_until_told#0/ask#0"]
+        assert await engine.resume("st", responses={"numbers_until_told#0/ask#0": 4}) == [
+            1,
+            0,
+            2,
+            3,
+        ]
+
+
+async def test_open_run_reports_the_pause(autojump_clock: trio.abc.Clock) -> None:
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        async with engine.open_run(approval, "o-9", run_id="live") as run:
+            events = [event async for event in run.events()]
+            with pytest.raises(tether.Paused):
+                await run.result()
+        last = events[-1]
+        assert isinstance(last, tether.RunPaused)
+        assert [r.key for r in last.requests] == ["ask#0"]
+        assert "waiting for answers to ask#0" in tether.describe_event(last)

@@ -1,6 +1,7 @@
 """The docs are true: their examples run, their code is real, their links resolve.
 
-- ``examples/tutorial.py`` and ``examples/deadlines.py`` run (in virtual time),
+- ``examples/tutorial.py``, ``examples/deadlines.py`` and ``examples/streams.py``
+  run (in virtual time),
   and every ```text block of their page is a piece of what they print;
 - every ```python block of a page with an example appears in it verbatim;
 - the ```python blocks of ``how-to/test-a-workflow.md``, together, are a test
@@ -33,6 +34,7 @@ PAIRED = {
     "tutorial.md": "tutorial.py",
     "how-to/deadlines-and-cancellation.md": "deadlines.py",
     "how-to/human-input.md": "approval.py",
+    "how-to/streams.md": "streams.py",
 }
 #: pages whose ```python blocks, in order, are a pytest module run from here
 EXECUTED = "how-to/test-a-workflow.md"

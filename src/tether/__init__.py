@@ -20,41 +20,72 @@ from ._errors import RunConflictError as RunConflictError
 from ._errors import RunNotFoundError as RunNotFoundError
 from ._errors import SaveTimeoutError as SaveTimeoutError
 from ._errors import StoreError as StoreError
+from ._errors import StreamClosed as StreamClosed
 from ._errors import TetherError as TetherError
 from ._errors import UnknownRequestError as UnknownRequestError
 from ._errors import UsageError as UsageError
 from ._errors import WorkflowNotFoundError as WorkflowNotFoundError
+from ._events import CheckpointStored as CheckpointStored
+from ._events import LiveRun as LiveRun
+from ._events import OpenRun as OpenRun
+from ._events import RunEvent as RunEvent
+from ._events import RunFinished as RunFinished
+from ._events import RunPaused as RunPaused
+from ._events import RunStarted as RunStarted
+from ._events import StepFinished as StepFinished
+from ._events import StepStarted as StepStarted
+from ._events import StreamItem as StreamItem
 from ._hooks import HookEvent as HookEvent
+from ._progress import describe_event as describe_event
+from ._progress import show_progress as show_progress
 from ._requests import Paused as Paused
 from ._requests import Request as Request
+from ._stream import Stream as Stream
+from ._stream import cleanup_scope as cleanup_scope
+from ._stream import open_stream as open_stream
 from ._version import __version__ as __version__
 from ._workflow import Step as Step
+from ._workflow import StreamStep as StreamStep
 from ._workflow import Workflow as Workflow
 from ._workflow import step as step
+from ._workflow import stream_step as stream_step
 from ._workflow import workflow as workflow
 from .stores import MemoryStore as MemoryStore
 from .stores import RunStatus as RunStatus
 
 __all__ = (
     "CheckpointCorruptError",
+    "CheckpointStored",
     "CodecError",
     "Engine",
     "Handle",
     "HookEvent",
     "InvalidResponseError",
+    "LiveRun",
     "MemoryStore",
     "NonDeterminismError",
     "NotInRunError",
+    "OpenRun",
     "Parallel",
     "Paused",
     "Request",
     "RunConflictError",
+    "RunEvent",
+    "RunFinished",
     "RunInfo",
     "RunNotFoundError",
+    "RunPaused",
+    "RunStarted",
     "RunStatus",
     "SaveTimeoutError",
     "Step",
+    "StepFinished",
+    "StepStarted",
     "StoreError",
+    "Stream",
+    "StreamClosed",
+    "StreamItem",
+    "StreamStep",
     "TetherError",
     "UnknownRequestError",
     "UsageError",
@@ -62,8 +93,13 @@ __all__ = (
     "WorkflowNotFoundError",
     "__version__",
     "ask",
+    "cleanup_scope",
+    "describe_event",
     "open_engine",
+    "open_stream",
     "parallel",
+    "show_progress",
     "step",
+    "stream_step",
     "workflow",
 )

@@ -31,6 +31,7 @@ from ._errors import (
     TetherError,
     UsageError,
 )
+from ._events import CheckpointStored, Observer, RunEvent, StepFinished, StepStarted
 from ._hooks import HookEvent, Hooks
 from ._requests import Request
 from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
@@ -200,6 +201,7 @@ class RunState:
     accepted: dict[str, Entry] = attrs.field(factory=dict)  # ...decoded, waiting to be stored
     responses_stored: trio.Event = attrs.field(factory=trio.Event)
     aborted: BaseException | None = None  # a response did not decode: undo the resume
+    observer: Observer | None = None  # receives live events (Engine.open_run)
 
     # -- settlement ----------------------------------------------------------
 
@@ -249,6 +251,11 @@ class RunState:
             self.aborted = exc
         if self.run_scope is not None:
             self.run_scope.cancel()
+
+    def emit(self, event: RunEvent) -> None:
+        """Tell the run's observer, if any, about *event* (never blocks)."""
+        if self.observer is not None:
+            self.observer(event)
 
     # -- caller cancellation -------------------------------------------------
 
@@ -407,6 +414,7 @@ class RunState:
         )
         propagating: BaseException | None = None
         try:
+            self.emit(StepStarted(run_id=self.run_id, key=key, name=step.name))
             if event is not None:
                 await self.hooks.call("on_step_start", event)
             started = utcnow()
@@ -436,6 +444,7 @@ class RunState:
                 attempt=attempt,
             )
             stored = await self.save(entry)
+            self.emit(CheckpointStored(run_id=self.run_id, key=key, name=step.name, entry=stored))
             if event is not None:
                 await self.shielded(
                     f"hook on_checkpoint for {key} in run {self.run_id!r}",
@@ -453,6 +462,9 @@ class RunState:
                 await self.end_hook(
                     "on_step_end", attrs.evolve(event, exception=propagating), propagating
                 )
+            self.emit(
+                StepFinished(run_id=self.run_id, key=key, name=step.name, exception=propagating)
+            )
             del propagating
 
     async def _attempts(

@@ -43,6 +43,7 @@ from ._errors import (
     UsageError,
     WorkflowNotFoundError,
 )
+from ._events import OpenRun, take_observer
 from ._hooks import HookEvent, Hooks
 from ._requests import Paused, Request, request_from_json, request_to_json
 from ._workflow import Workflow, lookup_workflow
@@ -96,7 +97,7 @@ class _Execution:
 
 
 #: Entry kinds a replay takes from the journal (when completed).
-_REPLAYED = frozenset({EntryKind.STEP, EntryKind.RESPONSE})
+_REPLAYED = frozenset({EntryKind.STEP, EntryKind.STREAM, EntryKind.RESPONSE})
 
 
 def _validate_timeout(value: float | None, name: str) -> None:
@@ -202,6 +203,37 @@ class Engine:
                     "choose a new run_id"
                 )
             return await self._continue(wf, record, decoded_args)  # type: ignore[no-any-return]
+
+    def open_run(
+        self,
+        wf: Workflow[P, R],
+        *args: Any,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> OpenRun[R]:
+        """Run ``wf(*args)`` in the background of a block and watch it live.
+
+        ``async with engine.open_run(wf, *args) as run:`` starts (or resumes,
+        like :meth:`run`) the run in a task the block owns; ``async for event
+        in run.events()`` yields its events as they happen, and ``await
+        run.result()`` its outcome. Events are buffered without bound, so the
+        run never waits for the reader.
+
+        Leaving the block while the run executes cancels it, as a *caller*
+        cancellation: promptly, even when the store hangs, and the run stays
+        ``running`` and resumable. Errors of the run do not propagate out of
+        the block; :meth:`LiveRun.result <tether.LiveRun.result>` raises them.
+
+        Raises:
+            UsageError: *wf* is not a workflow, or *run_id* or *timeout* is invalid.
+        """
+        if not isinstance(wf, Workflow):
+            raise UsageError(f"engine.open_run() takes a @tether.workflow, not {wf!r}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
+        _validate_timeout(timeout, "timeout")
+        self._check_open()
+        return OpenRun(self, wf, args, run_id or uuid.uuid4().hex, timeout)
 
     async def resume(
         self,
@@ -433,6 +465,7 @@ class Engine:
             save_timeout=self._save_timeout,
             journal=journal,
             provided=provided or {},
+            observer=take_observer(),
         )
         ex = _Execution(
             state=state, workflow=wf, args=args, record=record, original=original or record

@@ -16,6 +16,7 @@ __all__ = (
     "RunNotFoundError",
     "SaveTimeoutError",
     "StoreError",
+    "StreamClosed",
     "TetherError",
     "UnknownRequestError",
     "UsageError",
@@ -135,4 +136,16 @@ class CheckpointCorruptError(TetherError):
     Names the run and the location (file, row or entry). tether never skips a
     record it cannot read to return an older one; repair or remove the record
     by hand. Retrying fails the same way.
+    """
+
+
+class StreamClosed(Exception):
+    """A streaming step was closed by its consumer before it was exhausted.
+
+    Not a :class:`TetherError`: leaving an ``open_stream`` block early (by
+    ``break``, or by ``await items.aclose()``) is a normal way to stop a
+    stream, not a failure. tether never raises it into your code; it is the
+    ``exception`` an ``on_step_end`` hook (and a ``StepFinished`` event) is
+    given for such a stream, and the type named in its ``interrupted`` journal
+    entry. The stream runs again on resume.
     """

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import collections.abc as abc
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Generic, ParamSpec, TypeVar, final, overload
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, final, overload
 
 import attrs
 
@@ -13,7 +15,7 @@ from . import _context
 from ._codec import Signature
 from ._errors import UsageError, WorkflowNotFoundError
 
-__all__ = ("Step", "Workflow", "lookup_workflow", "step", "workflow")
+__all__ = ("Step", "StreamStep", "Workflow", "lookup_workflow", "step", "stream_step", "workflow")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,7 +29,7 @@ def _check_async(fn: object, decorator: str) -> None:
         raise UsageError(f"@{decorator} decorates an async function, not {fn!r}")
     if not inspect.iscoroutinefunction(fn):
         kind = (
-            "an async generator (streaming steps are not supported yet)"
+            "an async generator (decorate it with @tether.stream_step)"
             if inspect.isasyncgenfunction(fn)
             else "not an async function"
         )
@@ -60,6 +62,46 @@ class Step(Generic[P, R_co]):
         ``await charge.with_key("charge-main")(order)``. The key is used as it
         is under the parent's path; it must be unique within the parent.
         """
+        return attrs.evolve(self, key=_context.check_key(key))
+
+
+@final
+@attrs.frozen(eq=False)
+class StreamStep(Generic[P, R_co]):
+    """A journaled async generator; made by :func:`tether.stream_step`.
+
+    Consume it with ``async with tether.open_stream(stream, *args) as items:``.
+    Its items are encoded as they are produced; once it is exhausted they are
+    stored together, and on resume they are replayed without running the
+    generator again.
+    """
+
+    fn: Callable[P, AsyncIterator[R_co]]
+    name: str
+    signature: Signature = attrs.field(repr=False)
+    key: str | None = None  #: a fixed key set by :meth:`with_key`
+
+    @property
+    def item_type(self) -> Any:
+        """The type items are decoded into: ``T`` of the ``AsyncIterator[T]`` annotation.
+
+        ``AsyncGenerator[T, None]`` and ``AsyncIterable[T]`` work the same way;
+        without an annotation items may be only JSON primitives.
+        """
+        tp = self.signature.return_type
+        if typing.get_origin(tp) in (abc.AsyncIterator, abc.AsyncGenerator, abc.AsyncIterable):
+            args = typing.get_args(tp)
+            return args[0] if args else Any
+        return Any
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> NoReturn:
+        raise UsageError(
+            f"stream step {self.name!r} is consumed with "
+            f"`async with tether.open_stream({self.name}, ...) as items:`, not called"
+        )
+
+    def with_key(self, key: str) -> StreamStep[P, R_co]:
+        """This stream step with an explicit journal key instead of ``name#n``."""
         return attrs.evolve(self, key=_context.check_key(key))
 
 
@@ -128,6 +170,42 @@ def step(
     if fn is not None:
         return _make_step(fn, name, retries, timeout)
     return lambda f: _make_step(f, name, retries, timeout)
+
+
+def _make_stream_step(fn: Callable[P, AsyncIterator[R]], name: str | None) -> StreamStep[P, R]:
+    if not inspect.isasyncgenfunction(fn):
+        raise UsageError(
+            f"@tether.stream_step needs an async generator function (`async def` with "
+            f"`yield`), not {fn!r}"
+        )
+    name = fn.__name__ if name is None else name
+    if not isinstance(name, str) or not name or "/" in name or "#" in name:
+        raise UsageError(f"a step name is a non-empty string without '/' or '#', not {name!r}")
+    return StreamStep(fn, name, Signature(fn))
+
+
+@overload
+def stream_step(fn: Callable[P, AsyncIterator[R]], /) -> StreamStep[P, R]: ...
+@overload
+def stream_step(
+    *, name: str | None = None
+) -> Callable[[Callable[P, AsyncIterator[R]]], StreamStep[P, R]]: ...
+def stream_step(
+    fn: Callable[P, AsyncIterator[R]] | None = None, /, *, name: str | None = None
+) -> StreamStep[P, R] | Callable[[Callable[P, AsyncIterator[R]]], StreamStep[P, R]]:
+    """Mark an async generator function as a journaled streaming step.
+
+    Args:
+        name: the name used in journal keys (default: the function's name).
+
+    Consume it inside a run with ``async with tether.open_stream(s, *args) as
+    items: async for item in items: ...``. The return annotation,
+    ``AsyncIterator[T]`` (or ``AsyncGenerator[T, None]``), gives the type
+    items are decoded into on replay.
+    """
+    if fn is not None:
+        return _make_stream_step(fn, name)
+    return lambda f: _make_stream_step(f, name)
 
 
 def _make_workflow(fn: Callable[P, Awaitable[R]], name: str | None) -> Workflow[P, R]:

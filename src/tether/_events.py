@@ -1,0 +1,294 @@
+"""Live events of a run: what :meth:`Engine.open_run <tether.Engine.open_run>` reports.
+
+The engine tells a run's *observer* (a plain callable, set on the run's
+``RunState``) what happens, synchronously, from the places where hooks are
+called. The observer of a live run appends to an unbounded buffer, so the
+engine never waits for the code that reads the events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from contextvars import ContextVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
+
+import attrs
+import trio
+
+from ._errors import UsageError
+from ._requests import Paused, Request
+from .stores._protocol import Entry
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._workflow import Workflow
+
+R = TypeVar("R")
+
+__all__ = (
+    "CheckpointStored",
+    "LiveRun",
+    "Observer",
+    "RunEvent",
+    "RunFinished",
+    "RunPaused",
+    "RunStarted",
+    "StepFinished",
+    "StepStarted",
+    "StreamItem",
+    "current_observer",
+    "take_observer",
+)
+
+
+@attrs.frozen(kw_only=True)
+class RunEvent:
+    """Base class of the events :meth:`LiveRun.events <tether.LiveRun.events>` yields."""
+
+    run_id: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunStarted(RunEvent):
+    """The run is starting (or resuming); the first event of every live run."""
+
+    workflow: str  #: the workflow's registered name
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepStarted(RunEvent):
+    """A step (or streaming step) starts executing. Replayed steps report nothing."""
+
+    key: str
+    name: str
+    stream: bool = False  #: ``True`` for a streaming step
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepFinished(RunEvent):
+    """A step (or streaming step) ended; exactly one per :class:`StepStarted`.
+
+    ``exception`` is ``None`` on success (a stream: exhausted), else what ended
+    it: the error, ``trio.Cancelled``, or :class:`tether.StreamClosed` for a
+    stream its consumer left early.
+    """
+
+    key: str
+    name: str
+    stream: bool = False
+    exception: BaseException | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CheckpointStored(RunEvent):
+    """A completed step's (or exhausted stream's) record was stored."""
+
+    key: str
+    name: str
+    entry: Entry  #: the stored journal entry, with its ``seq``
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StreamItem(RunEvent):
+    """A streaming step produced an item (already encoded for the journal)."""
+
+    key: str
+    name: str
+    index: int  #: 0 for the first item of the stream
+    item: Any  #: the item as the consumer receives it (decoded from its snapshot)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunPaused(RunEvent):
+    """The run settled waiting for answers to its requests (``tether.ask``)."""
+
+    requests: tuple[Request, ...] = ()  #: what it waits for, as in ``tether.Paused``
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunFinished(RunEvent):
+    """The run ended: the last event of a live run that was not cancelled.
+
+    ``error`` is what the run raised (the workflow's error, a ``StoreError``, ...)
+    or ``None``, in which case ``result`` is the workflow's result.
+    """
+
+    result: Any = None
+    error: BaseException | None = None
+
+
+#: Receives a run's events; must not block or raise.
+Observer = Callable[[RunEvent], None]
+
+#: The observer the next run started in this task reports to (see :func:`take_observer`).
+current_observer: ContextVar[Observer | None] = ContextVar("tether_observer", default=None)
+
+
+def take_observer() -> Observer | None:
+    """The observer set for the run starting in this task, cleared so it is used once.
+
+    Cleared so that tasks the run starts (which copy this task's context) and
+    any later run started in this task do not report to it.
+    """
+    observer = current_observer.get()
+    if observer is not None:
+        current_observer.set(None)
+    return observer
+
+
+@final
+class LiveRun(Generic[R]):
+    """A run executing inside an ``async with engine.open_run(...) as run:`` block.
+
+    The run executes in a task of a nursery the block owns. Leaving the block
+    while the run is still executing cancels it as a *caller* cancellation
+    (prompt even when the store hangs; nothing more is stored and the run
+    stays ``running``, resumable). To wait for the run, await
+    :meth:`result` or iterate :meth:`events` to the end inside the block.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id: str = run_id  #: the run's id (generated when not given)
+        # Unbounded: the engine reports synchronously and never waits for the
+        # reader; a run whose events nobody reads keeps them until the block exits.
+        self._send, self._receive = trio.open_memory_channel[RunEvent](math.inf)
+        self._events_taken = False
+        self._done = trio.Event()
+        self._finished = False
+        self._value: Any = None
+        self._error: Exception | None = None
+
+    def __repr__(self) -> str:
+        state = "finished" if self._finished else "executing"
+        return f"<tether.LiveRun {self.run_id} {state}>"
+
+    def events(self) -> trio.MemoryReceiveChannel[RunEvent]:
+        """The run's events, in order: ``async for event in run.events():``.
+
+        Starts with :class:`RunStarted`; after :class:`RunFinished` or
+        :class:`RunPaused` (or when the run is cancelled) the iteration ends.
+        Each event is delivered once; only one loop may read them.
+
+        Raises:
+            UsageError: called a second time.
+        """
+        if self._events_taken:
+            raise UsageError(f"the events of run {self.run_id!r} can be read by one loop only")
+        self._events_taken = True
+        return self._receive
+
+    async def result(self) -> R:
+        """Wait for the run to end; return its result or raise its error.
+
+        A checkpoint. Cancelling it does not cancel the run (leaving the block
+        does).
+
+        Raises:
+            Exception: what :meth:`Engine.run <tether.Engine.run>` raised for the run.
+            UsageError: the run did not finish (its block was left first).
+        """
+        await self._done.wait()
+        if not self._finished:
+            raise UsageError(
+                f"run {self.run_id!r} did not finish: its open_run() block was left (or "
+                "cancelled) while it executed; resume it with engine.resume()"
+            )
+        if self._error is not None:
+            raise self._error
+        value: R = self._value
+        return value
+
+    def _emit(self, event: RunEvent) -> None:
+        # A reader that closed its channel does not concern the run.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            self._send.send_nowait(event)
+
+    async def _drive(
+        self,
+        engine: Engine,
+        wf: Workflow[..., R],
+        args: tuple[Any, ...],
+        timeout: float | None,
+    ) -> None:
+        # A task of its own: the observer set here is taken by this run only.
+        current_observer.set(self._emit)
+        with self._send:
+            try:
+                self._emit(RunStarted(run_id=self.run_id, workflow=wf.name))
+                try:
+                    value = await engine.run(wf, *args, run_id=self.run_id, timeout=timeout)
+                except Paused as exc:
+                    self._error = exc
+                    self._emit(RunPaused(run_id=self.run_id, requests=exc.requests))
+                except Exception as exc:
+                    self._error = exc
+                    self._emit(RunFinished(run_id=self.run_id, error=exc))
+                else:
+                    self._value = value
+                    self._emit(RunFinished(run_id=self.run_id, result=value))
+                self._finished = True
+            finally:
+                self._done.set()
+
+
+@final
+class OpenRun(Generic[R]):
+    """The ``async with`` block of :meth:`Engine.open_run <tether.Engine.open_run>`."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        wf: Workflow[..., R],
+        args: tuple[Any, ...],
+        run_id: str,
+        timeout: float | None,
+    ) -> None:
+        self._engine = engine
+        self._wf = wf
+        self._args = args
+        self._run: LiveRun[R] = LiveRun(run_id)
+        self._timeout = timeout
+        self._manager: Any = None
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> LiveRun[R]:
+        if self._manager is not None:
+            raise UsageError("an open_run() block can be entered only once")
+        self._manager = trio.open_nursery()
+        self._nursery = await self._manager.__aenter__()
+        self._nursery.start_soon(
+            self._run._drive,
+            self._engine,
+            self._wf,
+            self._args,
+            self._timeout,
+            name=f"tether live run {self._run.run_id}",
+        )
+        return self._run
+
+    async def __aexit__(
+        self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._nursery is not None
+        # Leaving early is the caller cancelling the run: the run's watcher
+        # sees it, cuts its saves short and leaves it `running`.
+        self._nursery.cancel_scope.cancel()
+        try:
+            # *exc* is not passed in: it propagates as itself, not in a group.
+            await self._manager.__aexit__(None, None, None)
+        except BaseExceptionGroup as group:
+            # Only what the run could not turn into an outcome (KeyboardInterrupt, ...).
+            inner: BaseException = group
+            while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+                inner = inner.exceptions[0]
+            raise inner from None
