@@ -530,3 +530,23 @@ async def test_open_run_reports_the_pause(autojump_clock: trio.abc.Clock) -> Non
         assert isinstance(last, tether.RunPaused)
         assert [r.key for r in last.requests] == ["ask#0"]
         assert "waiting for answers to ask#0" in tether.describe_event(last)
+
+
+async def test_open_resume_answers_and_reports_live(autojump_clock: trio.abc.Clock) -> None:
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        with pytest.raises(tether.Paused):
+            await engine.run(approval, "o-10", run_id="live2")
+        async with engine.open_resume("live2", responses={"ask#0": True}) as run:
+            events = [type(e).__name__ for e in [event async for event in run.events()]]
+            assert await run.result() == "shipped-o-10"
+        assert events == [
+            "RunStarted",
+            "StepStarted",
+            "CheckpointStored",
+            "StepFinished",
+            "RunFinished",
+        ]
+        async with engine.open_resume("missing") as run:
+            assert [type(e).__name__ async for e in run.events()] == ["RunFinished"]
+            with pytest.raises(tether.RunNotFoundError):
+                await run.result()

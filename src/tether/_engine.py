@@ -233,7 +233,32 @@ class Engine:
             raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
         _validate_timeout(timeout, "timeout")
         self._check_open()
-        return OpenRun(self, wf, args, run_id or uuid.uuid4().hex, timeout)
+        run_id = run_id or uuid.uuid4().hex
+        return OpenRun(
+            self, run_id, wf.name, lambda: self.run(wf, *args, run_id=run_id, timeout=timeout)
+        )
+
+    def open_resume(
+        self,
+        run_id: str,
+        responses: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> OpenRun[Any]:
+        """Resume a run in the background of a block and watch it live.
+
+        ``async with engine.open_resume(run_id, responses=...) as run:`` is to
+        :meth:`resume` what :meth:`open_run` is to :meth:`run`: same events,
+        same ``run.result()``, and leaving the block early is a prompt caller
+        cancellation.
+
+        Raises:
+            UsageError: *timeout* is invalid. (What :meth:`resume` raises
+                comes out of ``run.result()``.)
+        """
+        _validate_timeout(timeout, "timeout")
+        self._check_open()
+        return OpenRun(self, run_id, None, lambda: self.resume(run_id, responses, timeout=timeout))
 
     async def resume(
         self,

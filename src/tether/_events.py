@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
@@ -24,7 +24,6 @@ from .stores._protocol import Entry
 
 if TYPE_CHECKING:
     from ._engine import Engine
-    from ._workflow import Workflow
 
 R = TypeVar("R")
 
@@ -127,6 +126,9 @@ class RunFinished(RunEvent):
     error: BaseException | None = None
 
 
+#: Starts (or resumes) the run of a live block and returns its result.
+Starter = Callable[[], Awaitable[R]]
+
 #: Receives a run's events; must not block or raise.
 Observer = Callable[[RunEvent], None]
 
@@ -213,20 +215,18 @@ class LiveRun(Generic[R]):
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             self._send.send_nowait(event)
 
-    async def _drive(
-        self,
-        engine: Engine,
-        wf: Workflow[..., R],
-        args: tuple[Any, ...],
-        timeout: float | None,
-    ) -> None:
+    async def _drive(self, engine: Engine, workflow: str | None, start: Starter[R]) -> None:
         # A task of its own: the observer set here is taken by this run only.
         current_observer.set(self._emit)
         with self._send:
             try:
-                self._emit(RunStarted(run_id=self.run_id, workflow=wf.name))
+                if workflow is None:  # a resume: the run names its workflow
+                    info = await engine.get_run(self.run_id)
+                    workflow = info.workflow if info is not None else None
+                if workflow is not None:
+                    self._emit(RunStarted(run_id=self.run_id, workflow=workflow))
                 try:
-                    value = await engine.run(wf, *args, run_id=self.run_id, timeout=timeout)
+                    value = await start()
                 except Paused as exc:
                     self._error = exc
                     self._emit(RunPaused(run_id=self.run_id, requests=exc.requests))
@@ -246,18 +246,12 @@ class OpenRun(Generic[R]):
     """The ``async with`` block of :meth:`Engine.open_run <tether.Engine.open_run>`."""
 
     def __init__(
-        self,
-        engine: Engine,
-        wf: Workflow[..., R],
-        args: tuple[Any, ...],
-        run_id: str,
-        timeout: float | None,
+        self, engine: Engine, run_id: str, workflow: str | None, start: Starter[R]
     ) -> None:
         self._engine = engine
-        self._wf = wf
-        self._args = args
+        self._workflow = workflow
+        self._start = start
         self._run: LiveRun[R] = LiveRun(run_id)
-        self._timeout = timeout
         self._manager: Any = None
         self._nursery: trio.Nursery | None = None
 
@@ -269,9 +263,8 @@ class OpenRun(Generic[R]):
         self._nursery.start_soon(
             self._run._drive,
             self._engine,
-            self._wf,
-            self._args,
-            self._timeout,
+            self._workflow,
+            self._start,
             name=f"tether live run {self._run.run_id}",
         )
         return self._run
