@@ -28,13 +28,16 @@ from ._workflow import Step as Step
 from ._workflow import Workflow as Workflow
 from ._workflow import step as step
 from ._workflow import workflow as workflow
+from .stores import FileStore as FileStore
 from .stores import MemoryStore as MemoryStore
 from .stores import RunStatus as RunStatus
+from .stores import SQLiteStore as SQLiteStore
 
 __all__ = (
     "CheckpointCorruptError",
     "CodecError",
     "Engine",
+    "FileStore",
     "Handle",
     "HookEvent",
     "MemoryStore",
@@ -45,6 +48,7 @@ __all__ = (
     "RunInfo",
     "RunNotFoundError",
     "RunStatus",
+    "SQLiteStore",
     "SaveTimeoutError",
     "Step",
     "StoreError",
