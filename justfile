@@ -5,9 +5,9 @@
 default:
     @just --list
 
-# the demo: a checkout workflow that fails, resumes and times out on time
-demo:
-    python -m tether demo
+# the demo, on SQLite: a checkout that fails, resumes, times out on time, survives a SIGKILL
+demo *ARGS:
+    python -m tether demo {{ARGS}}
 
 # the whole suite: lint, type check, every test (slow ones included)
 test: lint typecheck
@@ -30,6 +30,8 @@ typecheck:
 bench:
     python benchmarks/cancel_latency.py
     python benchmarks/step_overhead.py
+    python benchmarks/store_throughput.py
+    python benchmarks/resume_scaling.py
 
 # format the code
 fmt:

@@ -1,26 +1,72 @@
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import tether
 from tether.stores import Store
+from tether.testing import ClockHoldingStore
 
-STORE_KINDS = ["memory"]
+#: Every built-in store; engine tests taking ``store`` run once per kind.
+STORE_KINDS = ["memory", "sqlite", "file"]
+
+_fresh = itertools.count()
 
 
-def make_store(kind: str) -> Store:
+def make_store(kind: str, directory: Path) -> Store:
+    """A fresh, unopened store of *kind* on a new location under *directory*.
+
+    Thread-backed stores run with ``synchronous="normal"`` (SQLite) for speed;
+    the durable defaults are exercised by tests/test_stores.py.
+    """
+    n = next(_fresh)
     if kind == "memory":
         return tether.MemoryStore()
+    if kind == "sqlite":
+        return tether.SQLiteStore(directory / f"store-{n}.db", synchronous="normal")
+    if kind == "file":
+        return tether.FileStore(directory / f"store-{n}")
     raise AssertionError(kind)
 
 
+def reopen_store(store: Store) -> Store:
+    """A new store object on the same location as *store* (memory: itself)."""
+    if isinstance(store, tether.SQLiteStore):
+        return tether.SQLiteStore(store.path, synchronous=store.synchronous)
+    if isinstance(store, tether.FileStore):
+        return tether.FileStore(store.directory)
+    return store
+
+
 @pytest.fixture(params=STORE_KINDS)
-def store_factory(request: pytest.FixtureRequest) -> Callable[[], Store]:
-    """Makes fresh stores of one kind; engine tests run once per kind."""
+def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
-    return lambda: make_store(kind)
+    return kind
+
+
+@pytest.fixture
+def raw_store_factory(store_kind: str, tmp_path: Path) -> Callable[[], Store]:
+    """Makes fresh, unopened stores of one kind, unwrapped (for store tests)."""
+    return lambda: make_store(store_kind, tmp_path)
+
+
+@pytest.fixture
+def store_factory(raw_store_factory: Callable[[], Store]) -> Callable[[], Store]:
+    """Makes fresh stores of one kind; engine tests run once per kind.
+
+    Thread-backed stores come wrapped in :class:`ClockHoldingStore`, so tests
+    on an autojumping ``MockClock`` see virtual time stand still while the
+    store's threads work.
+    """
+
+    def factory() -> Store:
+        store = raw_store_factory()
+        return store if isinstance(store, tether.MemoryStore) else ClockHoldingStore(store)
+
+    return factory
 
 
 @pytest.fixture

@@ -10,9 +10,31 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
+#: each benchmark, and lines of its --quick output that show it measured what it says
+EXPECTED = {
+    "cancel_latency.py": ("bare trio", "target"),
+    "step_overhead.py": ("plain", "target"),
+    "store_throughput.py": (
+        "target",
+        "part 1: committed steps/s",
+        "part 2: latency of one durable sequential step",
+        "MemoryStore (baseline)",
+        "SQLite FULL",
+        "group commit at W=100:",
+    ),
+    "resume_scaling.py": (
+        "target",
+        "part 1: resume by journal size",
+        "part 2: engine.get_run of a 100-entry run",
+        "memory: resume costs",
+        "sqlite: resume costs",
+        "file: resume costs",
+    ),
+}
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["cancel_latency.py", "step_overhead.py"])
+@pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_benchmark_runs_in_quick_mode(script: str) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), "--quick"],
@@ -21,5 +43,15 @@ def test_benchmark_runs_in_quick_mode(script: str) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "bare trio" in proc.stdout or "plain" in proc.stdout
-    assert "target" in proc.stdout
+    for line in EXPECTED[script]:
+        assert line in proc.stdout, f"{script} --quick did not print {line!r}:\n{proc.stdout}"
+    assert "(--quick)" in proc.stdout
+
+
+def test_every_benchmark_is_tested_and_in_the_bench_recipe() -> None:
+    scripts = {p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(EXPECTED)
+    justfile = (BENCHMARKS.parent / "justfile").read_text(encoding="utf-8")
+    recipe = justfile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    for script in scripts:
+        assert f"python benchmarks/{script}" in recipe, f"`just bench` does not run {script}"

@@ -1,37 +1,412 @@
+"""``tether runs list`` / ``tether runs show``: read-only inspection of a store.
+
+The tests are synchronous, as the command line is: ``main`` calls ``trio.run``.
+"""
+
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
-from tether import _demo
+import attrs
+import pytest
+import trio
+
+import tether
 from tether._cli import main
+from tether.stores import Store
+
+SRC = Path(tether.__file__).resolve().parent.parent
 
 
-def test_demo_tells_the_story() -> None:
-    out = io.StringIO()
-    assert _demo.main(out) == 0
-    text = out.getvalue()
-    assert "run failed: OutOfStock" in text
-    assert "replayed from the journal, not executed: ['load_order#0', 'charge#0']" in text
-    # after the resume of o-1: charged once, reserved twice (failed, then ok)
-    assert "executions: {'charge': 1, 'load_order': 1, 'reserve': 2, 'ship': 1}" in text
-    assert "on time" in text
-    assert "status: running (resumable" in text
+@attrs.frozen
+class Parcel:
+    order_id: str
+    weight_grams: int
 
 
-def test_cli_refuses_unknown_commands() -> None:
-    try:
-        main(["frobnicate"])
-    except SystemExit as exc:
-        assert exc.code == 2
-    else:  # pragma: no cover
-        raise AssertionError("argparse accepted an unknown command")
+@tether.step
+async def weigh(order_id: str) -> Parcel:
+    await trio.lowlevel.checkpoint()
+    return Parcel(order_id, 1250)
 
 
-def test_python_dash_m_runs_the_demo() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tether", "demo"], capture_output=True, text=True, timeout=60
+@tether.step
+async def label(parcel: Parcel) -> str:
+    await trio.lowlevel.checkpoint()
+    if parcel.order_id.startswith("bad"):
+        raise ValueError(f"no address for {parcel.order_id}")
+    return f"LABEL-{parcel.order_id}-" + "x" * 300  # long: abbreviated in the table
+
+
+@tether.workflow(name="tests.cli.dispatch")
+async def dispatch(order_id: str) -> Parcel:
+    parcel = await weigh(order_id)
+    async with tether.parallel() as p:
+        p.start_soon(label, parcel)
+    return parcel
+
+
+def sqlite_store(path: Path) -> Store:
+    return tether.SQLiteStore(path)
+
+
+def file_store(path: Path) -> Store:
+    return tether.FileStore(path)
+
+
+@attrs.frozen
+class Populated:
+    spec: str  # what --store takes
+    path: Path
+
+
+async def populate(store: Store) -> None:
+    async with tether.open_engine(store) as engine:
+        await engine.run(dispatch, "o-1", run_id="o-1")
+        with pytest.raises(ExceptionGroup):
+            await engine.run(dispatch, "bad-2", run_id="bad-2")
+
+
+@pytest.fixture(params=["sqlite", "file"])
+def populated(request: pytest.FixtureRequest, tmp_path: Path) -> Populated:
+    """A store holding a completed run ``o-1`` and a failed run ``bad-2``."""
+    kind: str = request.param
+    if kind == "sqlite":
+        path = tmp_path / "runs.db"
+        trio.run(populate, sqlite_store(path))
+    else:
+        path = tmp_path / "runs"
+        path.mkdir()
+        trio.run(populate, file_store(path))
+    return Populated(f"{kind}:{path}", path)
+
+
+@attrs.frozen
+class Result:
+    status: int
+    out: str
+    err: str
+
+
+def cli(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(argv), out=out, err=err)
+    return Result(status, out.getvalue(), err.getvalue())
+
+
+def usage_error(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    assert info.value.code == 2
+    return capsys.readouterr().err
+
+
+# -- runs list ---------------------------------------------------------------------------
+
+
+def test_list_shows_every_run(populated: Populated) -> None:
+    r = cli("runs", "list", "--store", populated.spec)
+    assert r.status == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0].split() == [
+        "RUN",
+        "ID",
+        "WORKFLOW",
+        "STATUS",
+        "CREATED",
+        "(UTC)",
+        "UPDATED",
+        "(UTC)",
+        "PENDING",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+    assert rows["o-1"][1:3] == ["tests.cli.dispatch", "completed"]
+    assert rows["bad-2"][1:3] == ["tests.cli.dispatch", "failed"]
+    assert rows["o-1"][-1] == "0"  # no pending requests
+    assert lines[1].split()[0] == "o-1"  # oldest first
+    assert f"2 runs in {populated.spec}" in r.out
+    assert r.err == ""
+
+
+async def open_and_close(store: Store) -> None:
+    async with tether.open_engine(store):
+        pass
+
+
+def test_list_of_an_empty_store(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    trio.run(open_and_close, sqlite_store(path))
+    r = cli("runs", "list", "--store", f"sqlite:{path}")
+    assert (r.status, r.out) == (0, f"no runs in sqlite:{path}\n")
+
+
+# -- runs show ---------------------------------------------------------------------------
+
+
+def test_show_a_completed_run(populated: Populated, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    r = cli("runs", "show", "o-1", "--store", populated.spec)
+    assert r.status == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[:3] == ["run:       o-1", "workflow:  tests.cli.dispatch", "status:    completed"]
+    # The workflow is defined here, so the result decodes; it is shown as its JSON.
+    assert 'result:    {"order_id": "o-1", "weight_grams": 1250}' in lines
+    assert "pending requests: none" in lines
+    assert "journal (2 entries):" in lines
+    header = lines.index("journal (2 entries):") + 1
+    assert lines[header].split()[:5] == ["SEQ", "KEY", "KIND", "STATUS", "ATTEMPT"]
+    journal = {line.split()[1]: line for line in lines[header + 1 :]}
+    assert set(journal) == {"weigh#0", "label#0"}
+    assert journal["weigh#0"].split()[2:5] == ["step", "completed", "1"]
+    assert '{"order_id": "o-1", "weight_grams": 1250}' in journal["weigh#0"]
+    # the long value is abbreviated to the terminal's width
+    assert '"LABEL-o-1-xxx' in journal["label#0"]
+    assert journal["label#0"].endswith("…")
+    assert all(len(line) <= 120 for line in lines[header:])
+
+
+def test_show_a_failed_run(populated: Populated) -> None:
+    r = cli("runs", "show", "bad-2", "--store", populated.spec)
+    assert r.status == 0, r.err
+    assert "status:    failed" in r.out
+    error = next(line for line in r.out.splitlines() if line.startswith("error:"))
+    assert "no address for bad-2" in error
+    assert "result:" not in r.out
+    assert "weigh#0" in r.out  # the journal of the steps that completed
+
+
+async def store_paused_run(store: Store) -> None:
+    """A paused run of a workflow this process does not define, as a store holds it."""
+    now = tether.stores.utcnow()
+    requests = (
+        '{"key": "approve#0", "payload": {"total": 4200}}',
+        '{"key": "approve#1", "payload": {"total": 99}}',
     )
+    async with tether.open_engine(store):
+        await store.create_run(
+            tether.stores.RunRecord(
+                run_id="p-1",
+                workflow="elsewhere.approval",
+                args="[]",
+                status=tether.RunStatus.PAUSED,
+                requests=requests,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+
+def test_pending_requests_are_counted_and_shown(tmp_path: Path) -> None:
+    path = tmp_path / "paused.db"
+    trio.run(store_paused_run, sqlite_store(path))
+    r = cli("runs", "list", "--store", f"sqlite:{path}")
+    assert r.status == 0, r.err
+    assert r.out.splitlines()[1].split() == [
+        "p-1",
+        "elsewhere.approval",
+        "paused",
+        *r.out.splitlines()[1].split()[3:7],
+        "2",
+    ]
+    r = cli("runs", "show", "p-1", "--store", f"sqlite:{path}")
+    assert r.status == 0, r.err
+    assert "status:    paused" in r.out
+    assert "result:" not in r.out
+    assert "pending requests (2):" in r.out
+    assert '  - {"key": "approve#0", "payload": {"total": 4200}}' in r.out
+    assert '  - {"key": "approve#1", "payload": {"total": 99}}' in r.out
+    assert "journal: empty" in r.out
+
+
+def test_unknown_run_id_exits_1_without_a_traceback(populated: Populated) -> None:
+    r = cli("runs", "show", "nope", "--store", populated.spec)
+    assert r.status == 1
+    assert r.err == f"tether: no run 'nope' in {populated.spec}\n"
+    assert r.out == ""
+
+
+# -- which store ---------------------------------------------------------------------------
+
+
+def test_the_store_comes_from_the_environment(
+    populated: Populated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_STORE", populated.spec)
+    r = cli("runs", "show", "o-1")
+    assert r.status == 0, r.err
+    assert "status:    completed" in r.out
+    # --store wins over the variable
+    monkeypatch.setenv("TETHER_STORE", "sqlite:elsewhere.db")
+    assert cli("runs", "list", "--store", populated.spec).status == 0
+
+
+async def run_one(store: Store, order_id: str) -> None:
+    async with tether.open_engine(store) as engine:
+        await engine.run(dispatch, order_id, run_id=order_id)
+
+
+def test_the_default_store_is_tether_db_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TETHER_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    trio.run(run_one, sqlite_store(tmp_path / "tether.db"), "o-9")
+    r = cli("runs", "list")
+    assert r.status == 0, r.err
+    assert "o-9" in r.out
+    assert "1 run in sqlite:tether.db" in r.out
+
+
+def test_a_missing_sqlite_file_is_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TETHER_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["runs", "list"], ["runs", "show", "o-1"]):
+        r = cli(*argv)
+        assert r.status == 1
+        assert "the SQLite file tether.db does not exist" in r.err
+        assert "Traceback" not in r.err
+    missing = tmp_path / "sub" / "x.db"
+    r = cli("runs", "list", "--store", f"sqlite:{missing}")
+    assert r.status == 1
+    assert f"the SQLite file {missing} does not exist" in r.err
+    assert sorted(os.listdir(tmp_path)) == []  # nothing created
+
+
+def test_an_empty_file_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "tether.db"
+    path.touch()
+    r = cli("runs", "list", "--store", f"sqlite:{path}")
+    assert r.status == 1
+    assert f"the SQLite file {path} is empty: it is not a tether store" in r.err
+    assert path.stat().st_size == 0  # no schema written into it
+    assert sorted(os.listdir(tmp_path)) == ["tether.db"]  # no -wal or -shm either
+
+
+def test_a_missing_file_store_directory_is_not_created(tmp_path: Path) -> None:
+    r = cli("runs", "list", "--store", f"file:{tmp_path / 'nowhere'}")
+    assert r.status == 1
+    assert "does not exist" in r.err
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("spec", ["postgres:x", "sqlite:", "tether.db", "file"])
+def test_a_bad_store_spec_is_a_usage_error(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = usage_error("runs", "list", "--store", spec, capsys=capsys)
+    assert f"--store: {spec!r} is not a store: use sqlite:PATH" in err
+
+
+def test_a_bad_store_in_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TETHER_STORE", "redis:6379")
+    err = usage_error("runs", "show", "o-1", capsys=capsys)
+    assert "$TETHER_STORE: 'redis:6379' is not a store" in err
+
+
+def test_help_documents_the_store(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["runs", "list", "--help"], ["runs", "show", "--help"], ["--help"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 0
+        text = capsys.readouterr().out
+        assert "TETHER_STORE" in text
+        assert "sqlite:tether.db" in text
+        assert "file:DIR" in text
+
+
+def test_cli_refuses_unknown_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    usage_error("frobnicate", capsys=capsys)
+    usage_error("runs", "delete", "x", capsys=capsys)
+    usage_error("runs", "show", capsys=capsys)  # no run id
+
+
+# -- corrupt stores ------------------------------------------------------------------------
+
+
+def test_a_file_that_is_not_sqlite_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are not the runs you are looking for\n" * 100)
+    r = cli("runs", "list", "--store", f"sqlite:{path}")
+    assert r.status == 1
+    assert r.err.startswith(f"tether: sqlite:{path}: StoreError: ")
+    assert "not a database" in r.err
+    assert "Traceback" not in r.err
+
+
+def corrupt_run_record(p: Populated) -> None:
+    if p.spec.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(p.path)) as db, db:
+            db.execute("UPDATE runs SET data = '{\"run_id\": ' WHERE run_id = 'o-1'")
+    else:
+        (p.path / "o-1" / "run.json").write_text('{"run_id": ', encoding="utf-8")
+
+
+def corrupt_first_entry(p: Populated) -> None:
+    if p.spec.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(p.path)) as db, db:
+            db.execute("UPDATE entries SET data = '[]' WHERE run_id = 'o-1' AND seq = 1")
+    else:
+        (p.path / "o-1" / "entries" / "000000000001.json").write_text("[]", encoding="utf-8")
+
+
+def test_a_corrupt_run_record_is_reported_not_skipped(populated: Populated) -> None:
+    corrupt_run_record(populated)
+    for argv in (["runs", "list"], ["runs", "show", "o-1"]):
+        r = cli(*argv, "--store", populated.spec)
+        assert r.status == 1
+        assert r.err.startswith(f"tether: {populated.spec}: CheckpointCorruptError: run 'o-1'")
+        assert "Traceback" not in r.err
+        assert r.out == ""  # not a partial listing
+    assert cli("runs", "show", "bad-2", "--store", populated.spec).status == 0
+
+
+def test_a_corrupt_journal_entry_is_reported(populated: Populated) -> None:
+    corrupt_first_entry(populated)
+    r = cli("runs", "show", "o-1", "--store", populated.spec)
+    assert r.status == 1
+    assert r.err.startswith(f"tether: {populated.spec}: CheckpointCorruptError: run 'o-1'")
+    assert "seq 1" in r.err or "000000000001.json" in r.err  # names the entry
+    assert cli("runs", "list", "--store", populated.spec).status == 0  # lists need no journal
+
+
+# -- as a real process, without the workflow's code ----------------------------------------
+
+
+def run_tether(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "200"
+    env.pop("TETHER_STORE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_python_dash_m_tether_runs_in_a_fresh_process(populated: Populated) -> None:
+    # The child process never imports this module: the workflow is unknown there,
+    # and the result is shown as the plain JSON it was stored as.
+    proc = run_tether("runs", "list", "--store", populated.spec, cwd=populated.path.parent)
     assert proc.returncode == 0, proc.stderr
-    assert "done." in proc.stdout
+    assert "o-1" in proc.stdout and "bad-2" in proc.stdout
+    proc = run_tether("runs", "show", "o-1", "--store", populated.spec, cwd=populated.path.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert 'result:    {"order_id": "o-1", "weight_grams": 1250}' in proc.stdout
+    proc = run_tether("runs", "show", "zzz", "--store", populated.spec, cwd=populated.path.parent)
+    assert proc.returncode == 1
+    assert proc.stderr == f"tether: no run 'zzz' in {populated.spec}\n"
+    proc = run_tether("runs", "list", "--store", "mysql:x", cwd=populated.path.parent)
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr

@@ -50,14 +50,17 @@ from ._workflow import Workflow as Workflow
 from ._workflow import step as step
 from ._workflow import stream_step as stream_step
 from ._workflow import workflow as workflow
+from .stores import FileStore as FileStore
 from .stores import MemoryStore as MemoryStore
 from .stores import RunStatus as RunStatus
+from .stores import SQLiteStore as SQLiteStore
 
 __all__ = (
     "CheckpointCorruptError",
     "CheckpointStored",
     "CodecError",
     "Engine",
+    "FileStore",
     "Handle",
     "HookEvent",
     "InvalidResponseError",
@@ -77,6 +80,7 @@ __all__ = (
     "RunPaused",
     "RunStarted",
     "RunStatus",
+    "SQLiteStore",
     "SaveTimeoutError",
     "Step",
     "StepFinished",

@@ -1,25 +1,390 @@
-"""The ``tether`` command line."""
+"""The ``tether`` command line.
+
+``tether demo`` tells the checkout story on SQLite; ``tether runs list`` and
+``tether runs show RUN_ID`` read a store and print what it holds. The ``runs``
+commands only read: they never create a store, and they work without the
+workflows' code (a result is then shown as the JSON it was stored as).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, TextIO, final
 
-__all__ = ("main",)
+import attrs
+import trio
+
+from ._codec import codec
+from ._engine import RunInfo, open_engine
+from ._errors import TetherError
+from .stores import Entry, FileStore, RunStatus, SQLiteStore, Store
+
+__all__ = ("StoreSpec", "main")
+
+#: The environment variable that names the store of the ``runs`` commands.
+STORE_ENV = "TETHER_STORE"
+#: The store of the ``runs`` commands when neither ``--store`` nor the variable is set.
+DEFAULT_STORE = "sqlite:tether.db"
+
+_STORE_HELP = f"""\
+stores:
+  sqlite:PATH   a tether.SQLiteStore database file (it must exist)
+  file:DIR      a tether.FileStore directory (it must exist)
+  The store is --store, else the environment variable {STORE_ENV}, else
+  {DEFAULT_STORE} (tether.db in the current directory).
+
+exit status: 0 on success, 1 when the run or store does not exist or the
+store cannot be read, 2 for a usage error."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tether", description="tether: durable Trio workflows")
+class _SpecError(ValueError):
+    """A store spec that is neither ``sqlite:PATH`` nor ``file:DIR``."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StoreSpec:
+    """A store named on the command line: ``sqlite:PATH`` or ``file:DIR``."""
+
+    kind: Literal["sqlite", "file"]
+    path: Path
+
+    @classmethod
+    def parse(cls, text: str) -> StoreSpec:
+        kind, sep, path = text.partition(":")
+        if not sep or kind not in ("sqlite", "file") or not path:
+            raise _SpecError(
+                f"{text!r} is not a store: use sqlite:PATH (an SQLite file) or file:DIR "
+                "(a FileStore directory)"
+            )
+        return cls(kind="sqlite" if kind == "sqlite" else "file", path=Path(path))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.path}"
+
+    def open_existing(self) -> Store:
+        """The store, if it exists; a read command must not create one.
+
+        Raises:
+            _Missing: there is no such file or directory.
+        """
+        if self.kind == "sqlite":
+            if not self.path.is_file():
+                what = "is a directory" if self.path.is_dir() else "does not exist"
+                raise _Missing(f"the SQLite file {self.path} {what}")
+            if self.path.stat().st_size == 0:
+                # Opening it would write tether's schema into it: not for a reader.
+                raise _Missing(f"the SQLite file {self.path} is empty: it is not a tether store")
+            return SQLiteStore(self.path)
+        if not self.path.is_dir():
+            what = "is not a directory" if self.path.exists() else "does not exist"
+            raise _Missing(f"the FileStore directory {self.path} {what}")
+        return FileStore(self.path)
+
+
+class _Missing(Exception):
+    """The named store does not exist."""
+
+
+# -- formatting -----------------------------------------------------------------------
+
+
+def _width() -> int:
+    return max(60, shutil.get_terminal_size((120, 24)).columns)
+
+
+def _abbrev(text: str, width: int) -> str:
+    text = " ".join(text.split())  # one line
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _clock(moment: datetime, day: datetime) -> str:
+    """Time of day with milliseconds; with the date too when it is not *day*'s."""
+    moment = moment.astimezone(UTC)
+    text = moment.strftime("%H:%M:%S.%f")[:-3]
+    if moment.date() != day.astimezone(UTC).date():
+        text = moment.strftime("%Y-%m-%d ") + text
+    return text
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds < 0:
+        return "?"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def _json_text(value: Any) -> str:
+    """A stored or decoded value, as compact JSON when it is JSON-ready."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        pass
+    # Decoded into the workflow's own type (its code is loaded here): show its JSON.
+    try:
+        return _stored_json(codec.snapshot(value, type(value), what="the value")[0])
+    except TetherError:
+        return repr(value)
+
+
+def _stored_json(text: str) -> str:
+    """JSON text as stored, re-encoded compactly (unchanged when it is not JSON)."""
+    try:
+        return _json_text(json.loads(text))
+    except ValueError:
+        return text
+
+
+def _table(out: TextIO, header: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> None:
+    """Left-aligned columns; the last one is abbreviated to fit *width*."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row[:-1]):
+            widths[i] = max(widths[i], len(cell))
+    fixed = sum(widths[:-1]) + 2 * (len(header) - 1)
+    last = max(12, len(header[-1]), width - fixed)
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)]
+        parts.append(_abbrev(cells[-1], last))
+        return "  ".join(parts).rstrip()
+
+    print(line(header), file=out)
+    for row in rows:
+        print(line(row), file=out)
+
+
+def _entry_outcome(entry: Entry) -> str:
+    if entry.error is not None:
+        return str(entry.error)
+    if entry.value is None:
+        return "-"
+    return _stored_json(entry.value)
+
+
+def print_run_list(runs: Sequence[RunInfo], spec: str, out: TextIO, width: int) -> None:
+    if not runs:
+        print(f"no runs in {spec}", file=out)
+        return
+    rows = [
+        (
+            r.run_id,
+            r.workflow,
+            r.status.value,
+            _when(r.created_at),
+            _when(r.updated_at),
+            str(len(r.requests)),
+        )
+        for r in runs
+    ]
+    header = ("RUN ID", "WORKFLOW", "STATUS", "CREATED (UTC)", "UPDATED (UTC)", "PENDING")
+    # Every column matters here: abbreviate none of them but the run ids' width.
+    _table(out, header, rows, max(width, sum(len(c) for c in rows[0]) + 12))
+    print(f"\n{len(runs)} run{'s' if len(runs) != 1 else ''} in {spec}", file=out)
+
+
+def print_run(info: RunInfo, out: TextIO, width: int) -> None:
+    def field(name: str, value: str) -> None:
+        print(f"{name + ':':<10} {value}", file=out)
+
+    field("run", info.run_id)
+    field("workflow", info.workflow)
+    field("status", info.status.value)
+    field("created", f"{_when(info.created_at)} UTC")
+    field("updated", f"{_when(info.updated_at)} UTC")
+    if info.error is not None:
+        field("error", _abbrev(str(info.error), width - 11))
+    if info.status is RunStatus.COMPLETED:
+        field("result", _abbrev(_json_text(info.result), width - 11))
+    if info.requests:
+        print(f"\npending requests ({len(info.requests)}):", file=out)
+        for request in info.requests:
+            text = _stored_json(request) if isinstance(request, str) else _json_text(request)
+            print(f"  - {_abbrev(text, width - 4)}", file=out)
+    else:
+        print("\npending requests: none", file=out)
+    if not info.entries:
+        print("\njournal: empty", file=out)
+        return
+    print(f"\njournal ({len(info.entries)} entries):", file=out)
+    rows = [
+        (
+            "?" if e.seq is None else str(e.seq),
+            _abbrev(e.key, 48),
+            e.kind.value,
+            e.status.value,
+            str(e.attempt),
+            _clock(e.started_at, info.created_at),
+            _duration(e.finished_at - e.started_at),
+            _entry_outcome(e),
+        )
+        for e in info.entries
+    ]
+    header = (
+        "SEQ",
+        "KEY",
+        "KIND",
+        "STATUS",
+        "ATTEMPT",
+        "STARTED (UTC)",
+        "DURATION",
+        "VALUE / ERROR",
+    )
+    _table(out, header, rows, width)
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+async def _runs_command(
+    store: Store, spec: str, command: str, run_id: str | None, out: TextIO, err: TextIO
+) -> int:
+    async with open_engine(store) as engine:
+        if command == "list":
+            print_run_list(await engine.list_runs(), spec, out, _width())
+            return 0
+        assert run_id is not None
+        info = await engine.get_run(run_id)
+        if info is None:
+            print(f"tether: no run {run_id!r} in {spec}", file=err)
+            return 1
+        print_run(info, out, _width())
+        return 0
+
+
+def _runs(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    if args.store is not None:
+        text, source = args.store, "--store"
+    elif os.environ.get(STORE_ENV):
+        text, source = os.environ[STORE_ENV], f"${STORE_ENV}"
+    else:
+        text, source = DEFAULT_STORE, "the default store"
+    try:
+        spec = StoreSpec.parse(text)
+    except _SpecError as exc:
+        parser.error(f"{source}: {exc}")  # exits with status 2
+    try:
+        store = spec.open_existing()
+    except _Missing as exc:
+        print(
+            f"tether: {exc} (the runs commands never create a store; name one with --store "
+            f"or ${STORE_ENV})",
+            file=err,
+        )
+        return 1
+    try:
+        run_id: str | None = getattr(args, "run_id", None)
+        return trio.run(_runs_command, store, str(spec), args.runs_command, run_id, out, err)
+    except TetherError as exc:
+        # Strict reads: a record that cannot be read names the run and the place.
+        print(f"tether: {spec}: {type(exc).__name__}: {exc}", file=err)
+        return 1
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="tether: durable Trio workflows",
+        epilog=_STORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("demo", help="run the checkout demo (fails, resumes, times out on time)")
-    return parser
+    demo = sub.add_parser(
+        "demo",
+        help="run the checkout demo on SQLite (fails, resumes, times out on time, survives a kill)",
+        description="The checkout demo, on a SQLite store in a temporary directory.",
+    )
+    demo.add_argument(
+        "--db",
+        metavar="PATH",
+        type=Path,
+        help="keep the demo's SQLite store in PATH (a new file) to inspect it afterwards "
+        "with `tether runs list --store sqlite:PATH`",
+    )
+    # The demo's crash chapter runs itself as a child process, killed mid-run.
+    demo.add_argument("--child", nargs=2, metavar=("DB", "EFFECTS"), help=argparse.SUPPRESS)
+
+    store_options = argparse.ArgumentParser(add_help=False)
+    store_options.add_argument(
+        "--store",
+        metavar="SPEC",
+        help=f"sqlite:PATH or file:DIR (default: ${STORE_ENV}, else {DEFAULT_STORE})",
+    )
+    runs = sub.add_parser(
+        "runs",
+        help="inspect stored runs (read only)",
+        description="Inspect the runs in a store. These commands only read.",
+        epilog=_STORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
+    listing = runs_sub.add_parser(
+        "list",
+        parents=[store_options],
+        help="one line per run: id, workflow, status, times, pending requests",
+        description="List the runs of a store, oldest first.",
+        epilog=_STORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show = runs_sub.add_parser(
+        "show",
+        parents=[store_options],
+        help="one run: status, result or error, pending requests, journal",
+        description="Show one run: its status, result or error, pending requests and journal.",
+        epilog=_STORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("run_id", metavar="RUN_ID")
+    return parser, {"list": listing, "show": show}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``tether`` and ``python -m tether``."""
-    args = _parser().parse_args(argv)
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Entry point of ``tether`` and ``python -m tether``; returns the exit status.
+
+    Usage errors raise ``SystemExit(2)`` (argparse's convention).
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser, runs_parsers = _parser()
+    args = parser.parse_args(argv)
     if args.command == "demo":
+        from ._demo import child_main
         from ._demo import main as demo
 
-        return demo()
+        if args.child is not None:
+            return child_main(Path(args.child[0]), Path(args.child[1]), out)
+        return demo(out, db=args.db)
+    if args.command == "runs":
+        try:
+            return _runs(runs_parsers[args.runs_command], args, out, err)
+        except BrokenPipeError:
+            # The reader left (`tether runs list | head`): stop quietly, and
+            # keep Python from failing again when it flushes stdout at exit.
+            if out is sys.stdout:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            return 1
     raise AssertionError(args.command)  # pragma: no cover - argparse refuses others

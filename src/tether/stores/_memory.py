@@ -20,7 +20,8 @@ class MemoryStore:
     Records are frozen and their values are JSON text, so what a reader gets
     can never be changed behind the store's back. Every method is a Trio
     checkpoint taken *before* anything is changed: a cancelled call wrote
-    nothing. The store may be reopened after it was closed (its contents stay),
+    nothing. ``append`` is idempotent (see :attr:`Entry.idempotency_key`).
+    The store may be reopened after it was closed (its contents stay),
     which lets one store serve several engines in turn, as a durable store
     would.
     """
@@ -28,6 +29,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[Entry]] = {}
+        self._ids: dict[str, dict[str, Entry]] = {}  # run -> idempotency key -> stored
 
     def __repr__(self) -> str:
         return f"MemoryStore(<{len(self._runs)} runs>)"
@@ -44,6 +46,7 @@ class MemoryStore:
             raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
         self._runs[record.run_id] = record
         self._journals[record.run_id] = []
+        self._ids[record.run_id] = {}
 
     async def update_run(self, record: RunRecord) -> None:
         await trio.lowlevel.checkpoint()
@@ -64,9 +67,15 @@ class MemoryStore:
         journal = self._journals.get(run_id)
         if journal is None:
             raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
-        start = len(journal) + 1
-        stored = [e.stored_as(start + i) for i, e in enumerate(entries)]
-        journal.extend(stored)
+        ids = self._ids[run_id]
+        stored: list[Entry] = []
+        for entry in entries:
+            ikey = entry.idempotency_key
+            existing = ids.get(ikey)
+            if existing is None:
+                existing = ids[ikey] = entry.stored_as(len(journal) + 1)
+                journal.append(existing)
+            stored.append(existing)
         return stored
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:

@@ -9,9 +9,11 @@ can persist them with nothing but the standard library.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, final, runtime_checkable
+from typing import Any, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
 
@@ -21,9 +23,12 @@ __all__ = (
     "EntryKind",
     "EntryStatus",
     "ErrorInfo",
+    "RecordDecodeError",
     "RunRecord",
     "RunStatus",
     "Store",
+    "dumps_record",
+    "loads_record",
     "utcnow",
 )
 
@@ -71,7 +76,22 @@ class ErrorInfo:
     key: str | None = None  #: the step key the error came out of, if any
 
     def to_json(self) -> dict[str, Any]:
+        """This error as a JSON-ready dict."""
         return {"type": self.type, "message": self.message, "key": self.key}
+
+    @classmethod
+    def from_json(cls, data: object) -> ErrorInfo:
+        """Decode what :meth:`to_json` made, strictly.
+
+        Raises:
+            RecordDecodeError: anything else (see :func:`loads_record`).
+        """
+        d = _exact_fields(data, ("type", "message", "key"), "error")
+        return cls(
+            type=_str(d, "type", "error"),
+            message=_str(d, "message", "error"),
+            key=_opt_str(d, "key", "error"),
+        )
 
     def __str__(self) -> str:
         where = f" (step {self.key})" if self.key else ""
@@ -131,6 +151,54 @@ class Entry:
             "attempt": self.attempt,
         }
 
+    @classmethod
+    def from_json(cls, data: object) -> Entry:
+        """Decode what :meth:`to_json` made, strictly: every field present, of
+        its exact JSON type, nothing else; timestamps timezone-aware.
+
+        Raises:
+            RecordDecodeError: the data is not such an entry.
+        """
+        d = _exact_fields(data, _ENTRY_FIELDS, "entry")
+        seq = d["seq"]
+        if seq is not None and (type(seq) is not int or seq < 1):
+            raise RecordDecodeError(f"entry field 'seq' must be a positive integer, not {seq!r}")
+        attempt = d["attempt"]
+        if type(attempt) is not int or attempt < 1:
+            raise RecordDecodeError(
+                f"entry field 'attempt' must be a positive integer, not {attempt!r}"
+            )
+        error = d["error"]
+        return cls(
+            run_id=_str(d, "run_id", "entry"),
+            key=_str(d, "key", "entry"),
+            kind=_enum(EntryKind, d, "kind", "entry"),
+            status=_enum(EntryStatus, d, "status", "entry"),
+            value=_opt_str(d, "value", "entry"),
+            error=None if error is None else ErrorInfo.from_json(error),
+            args_digest=_str(d, "args_digest", "entry"),
+            started_at=_time(d, "started_at", "entry"),
+            finished_at=_time(d, "finished_at", "entry"),
+            attempt=attempt,
+            seq=seq,
+        )
+
+    @property
+    def idempotency_key(self) -> str:
+        """A digest of everything in this entry but its ``seq``.
+
+        Stores use it to make :meth:`Store.append` idempotent: appending an
+        entry whose key equals a stored entry's returns the stored one (with
+        its ``seq``) instead of storing a duplicate, so a save retried after
+        an unclear outcome (cancelled in flight, timed out) never journals the
+        same record twice. Two executions of a step never share a key: their
+        timestamps differ.
+        """
+        data = self.to_json()
+        del data["seq"]
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 
 @final
 @attrs.frozen(kw_only=True)
@@ -162,6 +230,173 @@ class RunRecord:
             "updated_at": self.updated_at.isoformat(),
             "format_version": self.format_version,
         }
+
+    @classmethod
+    def from_json(cls, data: object) -> RunRecord:
+        """Decode what :meth:`to_json` made, strictly (as :meth:`Entry.from_json`).
+
+        Raises:
+            RecordDecodeError: the data is not such a record, or its
+                ``format_version`` is not one this version of tether reads.
+        """
+        d = _exact_fields(data, _RUN_FIELDS, "run record")
+        version = d["format_version"]
+        if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
+            raise RecordDecodeError(
+                f"run record has format_version {version!r}; this tether reads "
+                f"1 to {FORMAT_VERSION} (a newer tether wrote it?)"
+            )
+        requests = d["requests"]
+        if not isinstance(requests, list) or not all(type(r) is str for r in requests):
+            raise RecordDecodeError(
+                f"run record field 'requests' must be a list of strings, not {requests!r:.200}"
+            )
+        error = d["error"]
+        return cls(
+            run_id=_str(d, "run_id", "run record"),
+            workflow=_str(d, "workflow", "run record"),
+            args=_str(d, "args", "run record"),
+            status=_enum(RunStatus, d, "status", "run record"),
+            result=_opt_str(d, "result", "run record"),
+            error=None if error is None else ErrorInfo.from_json(error),
+            requests=tuple(requests),
+            created_at=_time(d, "created_at", "run record"),
+            updated_at=_time(d, "updated_at", "run record"),
+            format_version=version,
+        )
+
+
+# -- strict record decoding, shared by the stores that persist JSON ------------------------
+
+_ENTRY_FIELDS = (
+    "run_id",
+    "seq",
+    "key",
+    "kind",
+    "status",
+    "value",
+    "error",
+    "args_digest",
+    "started_at",
+    "finished_at",
+    "attempt",
+)
+_RUN_FIELDS = (
+    "run_id",
+    "workflow",
+    "args",
+    "status",
+    "result",
+    "error",
+    "requests",
+    "created_at",
+    "updated_at",
+    "format_version",
+)
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+class RecordDecodeError(ValueError):
+    """A stored record is not valid JSON of the expected shape.
+
+    Raised by :func:`loads_record` and the ``from_json`` decoders; a store
+    turns it into :class:`~tether.CheckpointCorruptError` naming the run and
+    the location (file, row), which is what callers see.
+    """
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise RecordDecodeError(f"duplicate JSON key {k!r}")
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise RecordDecodeError(f"{name} is not JSON")
+
+
+def dumps_record(data: Mapping[str, Any]) -> str:
+    """The JSON text stores write for a record's ``to_json()`` dict."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def loads_record(text: str | bytes, decode: Callable[[object], Any]) -> Any:
+    """Parse JSON *text* strictly and hand it to *decode* (a ``from_json``).
+
+    Strict: the text must be UTF-8 JSON with no duplicate keys and no
+    ``NaN``/``Infinity``.
+
+    Raises:
+        RecordDecodeError: the text is not such JSON, or *decode* refused it.
+    """
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except RecordDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise RecordDecodeError(f"not valid JSON: {exc}") from None
+    try:
+        return decode(data)
+    except RecordDecodeError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise RecordDecodeError(str(exc)) from None
+
+
+def _exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise RecordDecodeError(f"{what} must be a JSON object, not {type(data).__name__}")
+    missing = [f for f in fields if f not in data]
+    unknown = [k for k in data if k not in fields]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing field(s) {', '.join(map(repr, missing))}")
+        if unknown:
+            parts.append(f"unknown field(s) {', '.join(map(repr, unknown))}")
+        raise RecordDecodeError(f"{what}: {'; '.join(parts)}")
+    return data
+
+
+def _str(d: dict[str, Any], name: str, what: str) -> str:
+    v = d[name]
+    if type(v) is not str:
+        raise RecordDecodeError(f"{what} field {name!r} must be a string, not {v!r:.100}")
+    return v
+
+
+def _opt_str(d: dict[str, Any], name: str, what: str) -> str | None:
+    return None if d[name] is None else _str(d, name, what)
+
+
+def _enum(cls: type[E], d: dict[str, Any], name: str, what: str) -> E:
+    v = d[name]
+    try:
+        if type(v) is not str:
+            raise ValueError
+        return cls(v)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in cls)
+        raise RecordDecodeError(
+            f"{what} field {name!r} must be one of {choices}, not {v!r:.100}"
+        ) from None
+
+
+def _time(d: dict[str, Any], name: str, what: str) -> datetime:
+    v = _str(d, name, what)
+    try:
+        t = datetime.fromisoformat(v)
+    except ValueError:
+        raise RecordDecodeError(f"{what} field {name!r} is not an ISO 8601 time: {v!r}") from None
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise RecordDecodeError(f"{what} field {name!r} has no timezone: {v!r}")
+    return t
 
 
 @runtime_checkable
@@ -210,6 +445,13 @@ class Store(Protocol):
         also under concurrent appends) and returns the stored entries. (The
         engine tolerates ``None`` from a store that does not report them:
         the write counts as done, with the seq unknown to hooks.)
+
+        The built-in stores are idempotent: an entry equal to one already
+        stored in the run (same :attr:`Entry.idempotency_key`) is not stored
+        again; the stored entry is returned in its place. A cancelled append
+        either stored its entries whole or stored nothing; when a store cannot
+        tell which (a write already handed to a thread), retrying the same
+        entries is safe.
 
         Raises:
             RunNotFoundError: no run with this id.

@@ -1,0 +1,91 @@
+"""Keep a mock clock from jumping while a thread-backed store works."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar, final
+
+import trio
+import trio.testing
+
+from ..stores._protocol import Entry, RunRecord, Store
+
+__all__ = ("ClockHoldingStore",)
+
+T = TypeVar("T")
+
+#: Real seconds of complete idleness after which the holder looks again; far
+#: beyond any store call, and below Trio's longest I/O wait.
+_CUSHION: Final = 600.0
+
+
+async def _hold() -> None:
+    # While a task waits in wait_all_tasks_blocked(), Trio's run loop wakes it
+    # instead of autojumping a MockClock ("those tasks will wake up without
+    # jumping the clock"), so virtual time stands still until we are cancelled.
+    while True:
+        await trio.testing.wait_all_tasks_blocked(cushion=_CUSHION)
+
+
+@final
+class ClockHoldingStore:
+    """Wrap a thread-backed store so ``MockClock(autojump_threshold=0)`` waits for it.
+
+    An autojumping mock clock treats a task that waits for a worker thread as
+    idle and jumps virtual time: a save's ``save_timeout`` expires while the
+    store's thread is still writing. For the duration of each call to *inner*,
+    this wrapper keeps a helper task waiting in
+    :func:`trio.testing.wait_all_tasks_blocked`, which stops autojumping; the
+    helper is cancelled when the call ends. Virtual time then advances only
+    while no store call is in flight. With a real clock it changes nothing.
+
+    Every method is a checkpoint; cancellation reaches the inner call as it
+    would without the wrapper, and errors propagate as themselves.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"ClockHoldingStore({self.inner!r})"
+
+    async def _held(self, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        result: list[T] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_hold)
+                try:
+                    result.append(await afn(*args))
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The helper only ever ends by our cancellation: what is in the
+            # group came from the call. Raise it as itself.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        return result[0]
+
+    async def open(self) -> None:
+        await self._held(self.inner.open)
+
+    async def close(self) -> None:
+        await self._held(self.inner.close)
+
+    async def create_run(self, record: RunRecord) -> None:
+        await self._held(self.inner.create_run, record)
+
+    async def update_run(self, record: RunRecord) -> None:
+        await self._held(self.inner.update_run, record)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._held(self.inner.get_run, run_id)
+
+    async def list_runs(self) -> Sequence[RunRecord]:
+        return await self._held(self.inner.list_runs)
+
+    async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
+        return await self._held(self.inner.append, run_id, entries)
+
+    async def load_entries(self, run_id: str) -> Sequence[Entry]:
+        return await self._held(self.inner.load_entries, run_id)

@@ -1,0 +1,528 @@
+"""The store conformance suite: plain async checks any store must pass.
+
+No pytest here: :func:`check_store` runs inside any Trio run and raises
+:class:`StoreConformanceError` listing every check that failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, TypeAlias, final
+
+import attrs
+import trio
+
+from .._errors import CheckpointCorruptError, RunConflictError, RunNotFoundError
+from ..stores._protocol import (
+    Entry,
+    EntryKind,
+    EntryStatus,
+    ErrorInfo,
+    RunRecord,
+    RunStatus,
+    Store,
+)
+
+__all__ = (
+    "CHECKS",
+    "ConformanceResult",
+    "Corrupter",
+    "Reopener",
+    "StoreConformanceError",
+    "StoreFactory",
+    "check_store",
+)
+
+#: Makes a fresh, unopened store on a fresh location (sync or async callable).
+StoreFactory: TypeAlias = Callable[[], Store | Awaitable[Store]]
+#: Given a closed store, makes a new unopened store on the same location.
+Reopener: TypeAlias = Callable[[Store], Store | Awaitable[Store]]
+#: Damages what is stored for ``(store, run_id, seq)`` so that it cannot be
+#: decoded: the journal entry *seq*, or the run record when *seq* is ``None``.
+#: Called while the store is open.
+Corrupter: TypeAlias = Callable[[Store, str, int | None], Awaitable[None] | None]
+
+
+class StoreConformanceError(AssertionError):
+    """One or more conformance checks failed; :attr:`failures` says which and why."""
+
+    def __init__(self, store: str, failures: Sequence[tuple[str, BaseException]]) -> None:
+        self.failures = tuple(failures)
+        lines = [f"{len(self.failures)} store conformance check(s) failed for {store}:"]
+        for name, exc in self.failures:
+            lines.append(f"- {name}: {type(exc).__name__}: {exc}")
+        super().__init__("\n".join(lines))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ConformanceResult:
+    """What :func:`check_store` ran: checks that passed, and those skipped (with why)."""
+
+    passed: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+class _Skip(Exception):
+    pass
+
+
+@attrs.define
+class _Ctx:
+    factory: StoreFactory
+    reopen: Reopener | None
+    corrupt: Corrupter | None
+    clock: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
+
+    async def make(self) -> Store:
+        store: Store = await _maybe_await(self.factory())
+        return store
+
+    def time(self, tz: timezone = UTC) -> datetime:
+        """A distinct, increasing timestamp (so entries never collide by accident)."""
+        base = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        return (base + timedelta(microseconds=next(self.clock) * 7)).astimezone(tz)
+
+    def run(self, run_id: str, **kw: Any) -> RunRecord:
+        now = self.time()
+        fields: dict[str, Any] = {
+            "run_id": run_id,
+            "workflow": "checkout",
+            "args": '["o-1"]',
+            "created_at": now,
+            "updated_at": now,
+        }
+        fields.update(kw)
+        return RunRecord(**fields)
+
+    def entry(self, run_id: str, key: str, **kw: Any) -> Entry:
+        fields: dict[str, Any] = {
+            "run_id": run_id,
+            "key": key,
+            "value": '{"n":1}',
+            "args_digest": "d1",
+            "started_at": self.time(),
+            "finished_at": self.time(timezone(timedelta(hours=5, minutes=30))),
+        }
+        fields.update(kw)
+        return Entry(**fields)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class _Opened:
+    """``async with _Opened(store)``: open it, and always close it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def __aenter__(self) -> Store:
+        await self.store.open()
+        return self.store
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.store.close()
+
+
+def _same(stored: Entry, given: Entry) -> bool:
+    return stored.seq is not None and stored == given.stored_as(stored.seq)
+
+
+# -- the checks ------------------------------------------------------------------------
+
+
+async def check_run_round_trip(ctx: _Ctx) -> None:
+    """create/get/update/list return exactly what was stored."""
+    async with _Opened(await ctx.make()) as store:
+        record = ctx.run("rt-1", requests=('{"q":1}', '{"q":2}'))
+        await store.create_run(record)
+        got = await store.get_run("rt-1")
+        assert got == record, f"get_run returned {got!r}, stored {record!r}"
+        updated = attrs.evolve(
+            record,
+            status=RunStatus.FAILED,
+            result='{"total":3}',
+            error=ErrorInfo(type="ValueError", message="out of stock ü", key="reserve#0"),
+            requests=(),
+            updated_at=ctx.time(timezone(timedelta(hours=-7))),
+        )
+        await store.update_run(updated)
+        got = await store.get_run("rt-1")
+        assert got == updated, f"after update_run, get_run returned {got!r}, stored {updated!r}"
+        runs = list(await store.list_runs())
+        assert runs == [updated], f"list_runs returned {runs!r}"
+
+
+async def check_list_runs_order(ctx: _Ctx) -> None:
+    """list_runs returns every run, oldest first (not sorted by id)."""
+    async with _Opened(await ctx.make()) as store:
+        records = [ctx.run(run_id) for run_id in ("order-c", "order-a", "order-b")]
+        for record in records:
+            await store.create_run(record)
+        runs = list(await store.list_runs())
+        ids = [r.run_id for r in runs]
+        assert ids == ["order-c", "order-a", "order-b"], f"list_runs order: {ids}"
+        assert runs == records
+
+
+async def check_create_conflict(ctx: _Ctx) -> None:
+    """create_run of an existing id raises RunConflictError and changes nothing."""
+    async with _Opened(await ctx.make()) as store:
+        first = ctx.run("dup")
+        await store.create_run(first)
+        try:
+            await store.create_run(ctx.run("dup", workflow="other"))
+        except RunConflictError:
+            pass
+        else:
+            raise AssertionError("create_run of an existing id did not raise RunConflictError")
+        got = await store.get_run("dup")
+        assert got == first, f"the failed create_run changed the record: {got!r}"
+
+
+async def check_unknown_run(ctx: _Ctx) -> None:
+    """Unknown runs: get_run -> None, load_entries -> empty, update/append raise."""
+    async with _Opened(await ctx.make()) as store:
+        got = await store.get_run("nobody")
+        assert got is None, f"get_run of an unknown id returned {got!r}"
+        entries = list(await store.load_entries("nobody"))
+        assert entries == [], f"load_entries of an unknown id returned {entries!r}"
+        for what, call in (
+            ("update_run", lambda: store.update_run(ctx.run("nobody"))),
+            ("append", lambda: store.append("nobody", [ctx.entry("nobody", "s#0")])),
+        ):
+            try:
+                await call()
+            except RunNotFoundError:
+                pass
+            else:
+                raise AssertionError(f"{what} of an unknown run did not raise RunNotFoundError")
+        got = await store.get_run("nobody")
+        assert got is None, f"a failed update_run/append created the run: {got!r}"
+        assert list(await store.load_entries("nobody")) == []
+
+
+async def check_append_seqs(ctx: _Ctx) -> None:
+    """append assigns distinct increasing seqs and returns the stored entries."""
+    async with _Opened(await ctx.make()) as store:
+        await store.create_run(ctx.run("seq"))
+        given = [ctx.entry("seq", f"s#{i}") for i in range(3)]
+        returned: list[Entry] = []
+        for e in given:
+            out = list(await store.append("seq", [e]))
+            assert len(out) == 1, f"append of one entry returned {len(out)}"
+            returned += out
+        batch = [
+            ctx.entry("seq", "b#0", kind=EntryKind.RESPONSE),
+            ctx.entry("seq", "b#1", status=EntryStatus.FAILED, value=None),
+        ]
+        out = list(await store.append("seq", batch))
+        assert len(out) == 2, f"append of two entries returned {len(out)}"
+        returned += out
+        given += batch
+        for r, g in zip(returned, given, strict=True):
+            assert _same(r, g), f"append returned {r!r} for {g!r}"
+        seqs = [r.seq for r in returned]
+        assert all(isinstance(s, int) for s in seqs), f"seqs {seqs}"
+        assert seqs == sorted(set(seqs)), f"seqs not distinct and increasing: {seqs}"  # type: ignore[type-var]
+        loaded = list(await store.load_entries("seq"))
+        assert loaded == returned, f"load_entries returned {loaded!r}, append returned {returned!r}"
+
+
+async def check_concurrent_appends(ctx: _Ctx) -> None:
+    """50 appends started at once from a nursery are all kept, with distinct seqs."""
+    n = 50
+    async with _Opened(await ctx.make()) as store:
+        await store.create_run(ctx.run("par"))
+        given = [ctx.entry("par", f"p#{i}") for i in range(n)]
+        returned: dict[int, Entry] = {}
+
+        async def one(i: int) -> None:
+            out = list(await store.append("par", [given[i]]))
+            assert len(out) == 1, f"append returned {len(out)} entries for one"
+            returned[i] = out[0]
+
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+        for i, g in enumerate(given):
+            assert _same(returned[i], g), f"append returned {returned[i]!r} for {g!r}"
+        seqs = sorted(e.seq for e in returned.values() if e.seq is not None)
+        assert len(set(seqs)) == n, f"{n} concurrent appends got {len(set(seqs))} distinct seqs"
+        loaded = list(await store.load_entries("par"))
+        assert len(loaded) == n, f"{n} concurrent appends, {len(loaded)} entries loaded"
+        assert [e.seq for e in loaded] == seqs, "load_entries is not in seq order"
+        assert sorted(loaded, key=lambda e: e.key) == sorted(
+            returned.values(), key=lambda e: e.key
+        ), "load_entries differs from what append returned"
+
+
+async def check_reads_are_copies(ctx: _Ctx) -> None:
+    """Changing what a read returned changes nothing stored."""
+    async with _Opened(await ctx.make()) as store:
+        await store.create_run(ctx.run("copy"))
+        await store.append("copy", [ctx.entry("copy", "s#0")])
+        entries = await store.load_entries("copy")
+        before = list(entries)
+        if isinstance(entries, list):
+            entries.clear()
+        runs = await store.list_runs()
+        runs_before = list(runs)
+        if isinstance(runs, list):
+            runs.clear()
+        assert list(await store.load_entries("copy")) == before, "load_entries shares its list"
+        assert list(await store.list_runs()) == runs_before, "list_runs shares its list"
+
+
+async def check_journals_independent(ctx: _Ctx) -> None:
+    """Appends to one run never show up in another's journal."""
+    async with _Opened(await ctx.make()) as store:
+        for run_id in ("ind-a", "ind-b"):
+            await store.create_run(ctx.run(run_id))
+        for i in range(3):
+            for run_id in ("ind-a", "ind-b"):
+                await store.append(run_id, [ctx.entry(run_id, f"{run_id}#{i}")])
+        for run_id in ("ind-a", "ind-b"):
+            loaded = list(await store.load_entries(run_id))
+            keys = [e.key for e in loaded]
+            assert keys == [f"{run_id}#{i}" for i in range(3)], f"{run_id}: journal {keys}"
+            assert {e.run_id for e in loaded} == {run_id}
+            seqs = [e.seq for e in loaded]
+            assert len(set(seqs)) == 3
+
+
+class _CancelAtStep(trio.abc.Instrument):
+    """Cancel *scope* just before *task* runs its *n*-th step from now.
+
+    The cancellation then strikes at the checkpoint that ends that step:
+    counting the task's own steps makes "cancelled at the n-th checkpoint
+    inside the call" exact, whatever order the scheduler picks.
+    """
+
+    def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope, n: int) -> None:
+        self.task, self.scope, self.left = task, scope, n
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.left -= 1
+            if self.left == 0:
+                self.scope.cancel()
+
+
+async def _append_cancelled(
+    store: Store, e: Entry, *, step: int | None, yields: int, delay: float
+) -> list[Entry]:
+    """Append *e* under a scope cancelled at the chosen moment; what it returned."""
+    returned: list[Entry] = []
+    scope = trio.CancelScope()
+    if step is not None:
+        instrument = _CancelAtStep(trio.lowlevel.current_task(), scope, step)
+        if step == 0:
+            scope.cancel()
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            with scope:
+                returned += await store.append(e.run_id, [e])
+        finally:
+            with contextlib.suppress(KeyError):
+                trio.lowlevel.remove_instrument(instrument)
+        return returned
+
+    async def canceller() -> None:
+        for _ in range(yields):
+            await trio.lowlevel.checkpoint()
+        if delay:
+            await trio.to_thread.run_sync(time.sleep, delay)
+        scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(canceller)
+        with scope:
+            returned += await store.append(e.run_id, [e])
+    return returned
+
+
+async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
+    """An append cancelled at any point stored its entry whole or not at all,
+    a returned append is stored, and retrying the same entry keeps one copy."""
+    async with _Opened(await ctx.make()) as store:
+        await store.create_run(ctx.run("atom"))
+        # Cancel at the n-th checkpoint inside the call; after n passes of
+        # another task; after short real-time waits (a thread-backed store is
+        # then mid-write).
+        points: list[tuple[int | None, int, float]] = [(n, 0, 0.0) for n in range(12)]
+        points += [(None, n, 0.0) for n in range(6)]
+        points += [(None, 0, d) for d in (0.0002, 0.001, 0.003, 0.01)]
+        for i, (step, yields, delay) in enumerate(points):
+            e = ctx.entry("atom", f"c#{i}")
+            returned = await _append_cancelled(store, e, step=step, yields=yields, delay=delay)
+            where = (
+                f"append cancelled at its checkpoint #{step}"
+                if step is not None
+                else f"append cancelled after {yields} yields and {delay}s"
+            )
+            mine = [x for x in await store.load_entries("atom") if x.key == e.key]
+            assert len(mine) <= 1, f"{where}: {len(mine)} copies stored"
+            if returned:
+                assert mine, f"{where}: append returned but nothing is stored"
+            if mine:
+                assert _same(mine[0], e), f"{where}: torn record {mine[0]!r} for {e!r}"
+            again = list(await store.append("atom", [e]))
+            mine = [x for x in await store.load_entries("atom") if x.key == e.key]
+            assert len(mine) == 1, f"{where}, then retried: {len(mine)} copies stored"
+            assert again == mine, f"{where}: the retry returned {again!r}, stored {mine!r}"
+        loaded = list(await store.load_entries("atom"))
+        seqs = [x.seq for x in loaded]
+        assert len(set(seqs)) == len(seqs) == len(points), f"seqs {seqs}"
+
+
+async def check_idempotent_append(ctx: _Ctx) -> None:
+    """Appending an entry equal to a stored one returns the stored one."""
+    async with _Opened(await ctx.make()) as store:
+        await store.create_run(ctx.run("idem"))
+        e = ctx.entry("idem", "s#0")
+        (first,) = await store.append("idem", [e])
+        await store.append("idem", [ctx.entry("idem", "s#1")])
+        (second,) = await store.append("idem", [e])
+        assert second == first, f"re-append returned {second!r}, first {first!r}"
+        other = attrs.evolve(e, attempt=2)  # a different record of the same key
+        (third,) = await store.append("idem", [other])
+        assert third.seq != first.seq and _same(third, other)
+        loaded = list(await store.load_entries("idem"))
+        assert [x.key for x in loaded] == ["s#0", "s#1", "s#0"], [x.key for x in loaded]
+
+
+async def check_strict_reads(ctx: _Ctx) -> None:
+    """A record that does not decode raises CheckpointCorruptError naming the run;
+    nothing older is returned in its place."""
+    if ctx.corrupt is None:
+        raise _Skip("no corrupt= hook given (a store that holds objects cannot corrupt them)")
+    async with _Opened(await ctx.make()) as store:
+        await store.create_run(ctx.run("strict-old"))
+        await store.create_run(ctx.run("strict-new"))
+        for i in range(3):
+            await store.append("strict-new", [ctx.entry("strict-new", f"s#{i}")])
+        newest = list(await store.load_entries("strict-new"))[-1]
+        assert newest.seq is not None
+        await _maybe_await(ctx.corrupt(store, "strict-new", newest.seq))
+        await _expect_corrupt(
+            "load_entries with its newest entry corrupt", "strict-new", store.load_entries
+        )
+        await _maybe_await(ctx.corrupt(store, "strict-new", None))
+        await _expect_corrupt("get_run of a corrupt run record", "strict-new", store.get_run)
+        await _expect_corrupt(
+            "list_runs with the newest run corrupt", "strict-new", lambda _: store.list_runs()
+        )
+        got = await store.get_run("strict-old")
+        assert got is not None and got.run_id == "strict-old", "a healthy run became unreadable"
+
+
+async def _expect_corrupt(what: str, run_id: str, call: Callable[[str], Awaitable[Any]]) -> None:
+    try:
+        result = await call(run_id)
+    except CheckpointCorruptError as exc:
+        assert run_id in str(exc), f"{what}: the error does not name run {run_id!r}: {exc}"
+    else:
+        raise AssertionError(f"{what}: no CheckpointCorruptError; returned {result!r:.300}")
+
+
+async def check_reopen(ctx: _Ctx) -> None:
+    """Everything stored is there after close and reopen on the same location."""
+    if ctx.reopen is None:
+        raise _Skip("no reopen= hook given (a store that keeps nothing after close)")
+    first = await ctx.make()
+    async with _Opened(first) as store:
+        record = ctx.run("keep")
+        await store.create_run(record)
+        stored = list(await store.append("keep", [ctx.entry("keep", f"s#{i}") for i in range(2)]))
+        record = attrs.evolve(record, status=RunStatus.COMPLETED, result="1")
+        await store.update_run(record)
+    second = await _maybe_await(ctx.reopen(first))
+    async with _Opened(second) as store:
+        assert await store.get_run("keep") == record, "the run record changed across reopen"
+        assert list(await store.load_entries("keep")) == stored, "the journal changed"
+        assert list(await store.list_runs()) == [record]
+        (more,) = await store.append("keep", [ctx.entry("keep", "s#2")])
+        assert more.seq not in {e.seq for e in stored}, "a seq was reused after reopen"
+
+
+#: Every check by name, in the order :func:`check_store` runs them.
+CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
+    "run_round_trip": check_run_round_trip,
+    "list_runs_order": check_list_runs_order,
+    "create_conflict": check_create_conflict,
+    "unknown_run": check_unknown_run,
+    "append_seqs": check_append_seqs,
+    "concurrent_appends": check_concurrent_appends,
+    "reads_are_copies": check_reads_are_copies,
+    "journals_independent": check_journals_independent,
+    "cancelled_append_atomic": check_cancelled_append_atomic,
+    "idempotent_append": check_idempotent_append,
+    "strict_reads": check_strict_reads,
+    "reopen": check_reopen,
+}
+
+
+async def check_store(
+    factory: StoreFactory,
+    *,
+    only: Iterable[str] | None = None,
+    reopen: Reopener | None = None,
+    corrupt: Corrupter | None = None,
+) -> ConformanceResult:
+    """Run the store conformance checks against stores made by *factory*.
+
+    Each check makes its own store with ``factory()`` (a sync or async
+    callable returning a fresh, **unopened** store on a fresh location), opens
+    it, and closes it again, whatever happens. Every check runs even when an
+    earlier one failed.
+
+    Args:
+        factory: makes a fresh, unopened store.
+        only: names of the checks to run (keys of :data:`CHECKS`); default all.
+        reopen: for a persistent store, given a closed store, makes a new
+            unopened store on the same location (or returns the store itself
+            if it may be reopened); enables the ``reopen`` check.
+        corrupt: damages a stored record so it cannot be decoded (see
+            :data:`Corrupter`); enables the ``strict_reads`` check.
+
+    Returns:
+        Which checks passed and which were skipped (a missing hook).
+
+    This is a checkpoint; it must run inside Trio. Cancellation propagates
+    (the store being checked is closed).
+
+    Raises:
+        StoreConformanceError: one or more checks failed; lists them all.
+        ValueError: *only* names an unknown check.
+    """
+    names = list(CHECKS) if only is None else list(only)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
+    ctx = _Ctx(factory=factory, reopen=reopen, corrupt=corrupt)
+    passed: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    failures: list[tuple[str, BaseException]] = []
+    for name in names:
+        try:
+            await CHECKS[name](ctx)
+        except _Skip as skip:
+            skipped.append((name, str(skip)))
+        except Exception as exc:  # a failed check; BaseExceptions propagate
+            failures.append((name, exc))
+        else:
+            passed.append(name)
+    if failures:
+        label = getattr(factory, "__qualname__", None) or repr(factory)
+        raise StoreConformanceError(f"the stores of {label}", failures)
+    return ConformanceResult(passed=tuple(passed), skipped=tuple(skipped))
