@@ -256,6 +256,35 @@ async def test_a_run_does_not_settle_while_a_step_is_still_running(
         assert effects["charge(o-4)"] == 1
 
 
+async def inner_work_then_ask() -> int:
+    async with tether.parallel() as p:
+        p.start_soon(slow_charge, "o-11")
+    answer: int = await tether.ask("after the inner block?", int)
+    return answer
+
+
+@tether.workflow
+async def nested_blocks() -> list[int]:
+    async with tether.parallel() as p:
+        a = p.start_soon(ask_branch, "a")
+        b = p.start_soon(inner_work_then_ask)
+    return [a.result, b.result]
+
+
+async def test_a_task_woken_by_its_last_child_is_not_taken_for_idle(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # When the inner block's only step finishes, its task is about to go on
+    # (to ask): the run must not settle in the moment before it runs.
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        with pytest.raises(tether.Paused) as caught:
+            await engine.run(nested_blocks, run_id="n")
+        assert [r.key for r in caught.value.requests] == [
+            "ask_branch#0/ask#0",
+            "inner_work_then_ask#0/ask#0",
+        ]
+
+
 # -- 4. caller cancellation stays prompt during settlement ---------------------------
 
 

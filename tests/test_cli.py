@@ -185,8 +185,8 @@ async def store_paused_run(store: Store) -> None:
     """A paused run of a workflow this process does not define, as a store holds it."""
     now = tether.stores.utcnow()
     requests = (
-        '{"key": "approve#0", "payload": {"total": 4200}}',
-        '{"key": "approve#1", "payload": {"total": 99}}',
+        '{"key": "approve#0", "payload": {"total": 4200}, "response_type": "bool"}',
+        '{"key": "approve#1", "payload": {"total": 99}, "response_type": "bool"}',
     )
     async with tether.open_engine(store):
         await store.create_run(
@@ -219,8 +219,8 @@ def test_pending_requests_are_counted_and_shown(tmp_path: Path) -> None:
     assert "status:    paused" in r.out
     assert "result:" not in r.out
     assert "pending requests (2):" in r.out
-    assert '  - {"key": "approve#0", "payload": {"total": 4200}}' in r.out
-    assert '  - {"key": "approve#1", "payload": {"total": 99}}' in r.out
+    assert '  - approve#0 -> bool: {"total": 4200}' in r.out
+    assert '  - approve#1 -> bool: {"total": 99}' in r.out
     assert "journal: empty" in r.out
 
 

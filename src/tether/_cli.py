@@ -218,7 +218,7 @@ def print_run(info: RunInfo, out: TextIO, width: int) -> None:
     if info.requests:
         print(f"\npending requests ({len(info.requests)}):", file=out)
         for request in info.requests:
-            text = _stored_json(request) if isinstance(request, str) else _json_text(request)
+            text = f"{request.key} -> {request.response_type}: {_json_text(request.payload)}"
             print(f"  - {_abbrev(text, width - 4)}", file=out)
     else:
         print("\npending requests: none", file=out)

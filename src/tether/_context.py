@@ -177,6 +177,44 @@ class StoreErrors:
             raise StoreError(f"{self.what} failed: {exc!r}") from exc
 
 
+class Wait:
+    """A tracked task waiting for other tracked tasks: it does not keep the run from settling.
+
+    ``with wait: await event.wait()``. The task that sets the event calls
+    :meth:`end` *before* setting it: the woken task is busy again from that
+    moment, not only once the scheduler gets to it, so a settlement checked
+    in between cannot take it for idle. :meth:`end` is idempotent, and the
+    block ends the wait however it is left.
+    """
+
+    __slots__ = ("active", "request", "run")
+
+    def __init__(self, run: RunState, request: Request | None = None) -> None:
+        self.run = run
+        self.request = request  # the ask this wait answers, if any
+        self.active = False
+
+    def __enter__(self) -> Wait:
+        run = self.run
+        self.active = True
+        run.idle += 1
+        if self.request is not None:
+            run.asking[self.request.key] = self.request
+        run._check_settled()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.end()
+
+    def end(self) -> None:
+        """The waiting task is busy again (called by whoever wakes it)."""
+        if self.active:
+            self.active = False
+            self.run.idle -= 1
+            if self.request is not None:
+                del self.run.asking[self.request.key]
+
+
 @attrs.define(eq=False)
 class RunState:
     """Everything one execution of a run shares between its tasks."""
@@ -195,6 +233,7 @@ class RunState:
     live: int = 0  # tracked tasks alive: the workflow task and parallel() children
     idle: int = 0  # ...of which waiting in ask() or for their parallel() children
     asking: dict[str, Request] = attrs.field(factory=dict)  # requests now waited on
+    response_waits: list[Wait] = attrs.field(factory=list)  # asks waiting for _store_responses
     settled: tuple[Request, ...] | None = None  # the requests, once the run settled
     # responses given to resume(), as JSON primitives, until journaled
     provided: dict[str, Any] = attrs.field(factory=dict)
@@ -218,18 +257,9 @@ class RunState:
         self.live -= 1
         self._check_settled()
 
-    @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
-        """The current tracked task waits for other tracked tasks in the block.
-
-        It cannot act before they do, so it does not keep the run from settling.
-        """
-        self.idle += 1
-        self._check_settled()
-        try:
-            yield
-        finally:
-            self.idle -= 1
+    def wait(self, request: Request | None = None) -> Wait:
+        """A wait of the current task that other tracked tasks end; see :class:`Wait`."""
+        return Wait(self, request)
 
     def _check_settled(self) -> None:
         # Every live task is finished or waiting, and someone waits in ask():
@@ -529,13 +559,9 @@ class RunState:
         request = Request(key=key, payload=shown, response_type=describe(response_type))
         if key in self.provided:
             return await self._take_response(request, response_type, payload_digest)
-        self.asking[key] = request
-        try:
-            with self.waiting():
-                # Only the settlement (or the caller) ends this wait.
-                await trio.sleep_forever()
-        finally:
-            del self.asking[key]
+        with self.wait(request):
+            # Only the settlement (or the caller) ends this wait.
+            await trio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _take_response(
@@ -571,12 +597,10 @@ class RunState:
             # either every response given to resume() is journaled, or none.
             await self._store_responses()
         else:
-            self.asking[key] = request
-            try:
-                with self.waiting():
-                    await self.responses_stored.wait()
-            finally:
-                del self.asking[key]
+            wait = self.wait(request)
+            self.response_waits.append(wait)
+            with wait:
+                await self.responses_stored.wait()
         return value
 
     async def _store_responses(self) -> None:
@@ -588,6 +612,8 @@ class RunState:
             self.journal[entry.key] = entry
         self.provided.clear()
         self.accepted.clear()
+        for wait in self.response_waits:
+            wait.end()
         self.responses_stored.set()
 
 
@@ -653,11 +679,14 @@ class Parallel:
         self._manager: Any = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
+        self._children = 0  # children not finished yet
+        self._exit_wait: Wait | None = None
 
     async def __aenter__(self) -> Parallel:
         if self._manager is not None:
             raise UsageError("a tether.parallel() block can be entered only once")
         self._frame = _current_frame("tether.parallel()")
+        self._exit_wait = self._frame.run.wait()
         self._manager = trio.open_nursery()
         self._nursery = await self._manager.__aenter__()
         return self
@@ -665,10 +694,11 @@ class Parallel:
     async def __aexit__(
         self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        assert self._frame is not None
+        assert self._exit_wait is not None
         try:
-            # Waiting for the children does not keep the run from settling.
-            with self._frame.run.waiting():
+            # Waiting for the children does not keep the run from settling;
+            # the last child to finish ends the wait (see _child_done).
+            with self._exit_wait if self._children else contextlib.nullcontext():
                 suppress: bool = await self._manager.__aexit__(etype, exc, tb)
             return suppress
         finally:
@@ -715,8 +745,15 @@ class Parallel:
             handle = Handle(self, frame.next_key(name, key))
             child = self._child_branch
         self._nursery.start_soon(child, fn, handle, args, name=handle.key)
+        self._children += 1
         frame.run.task_started()
         return handle
+
+    def _child_done(self, run: RunState) -> None:
+        self._children -= 1
+        if not self._children and self._exit_wait is not None:
+            self._exit_wait.end()  # the block's task is about to go on
+        run.task_done()
 
     async def _child_step(
         self, step: Step[..., Any], handle: Handle[Any], args: tuple[Any, ...]
@@ -726,7 +763,7 @@ class Parallel:
         try:
             handle._value = await run.execute_step(step, handle.key, args, {})
         finally:
-            run.task_done()
+            self._child_done(run)
 
     async def _child_branch(
         self, fn: Callable[..., Awaitable[Any]], handle: Handle[Any], args: tuple[Any, ...]
@@ -737,7 +774,7 @@ class Parallel:
         try:
             handle._value = await fn(*args)
         finally:
-            run.task_done()
+            self._child_done(run)
 
 
 @overload

@@ -103,6 +103,9 @@ class Stream(Generic[T]):
         # the hand-over: the consumer asks, the producer replies
         self._wanted = trio.Event()
         self._asked = False
+        # waits that end when the other side sets the event (see RunState.wait)
+        self._producer_wait = self._run.wait()
+        self._consumer_wait = self._run.wait()
         self._ready = trio.Event()
         self._reply: Any = None
         self._waiting = False  # a task is waiting in __anext__
@@ -249,10 +252,11 @@ class Stream(Generic[T]):
             raise trio.BusyResourceError(f"another task is already waiting for an item of {self}")
         if not self._asked:
             self._asked = True
+            self._producer_wait.end()
             self._wanted.set()
         self._waiting = True
         try:
-            with self._run.waiting():  # for the producer: it may be waiting in ask()
+            with self._consumer_wait:  # for the producer: it may be waiting in ask()
                 await self._ready.wait()
         finally:
             self._waiting = False
@@ -271,6 +275,7 @@ class Stream(Generic[T]):
 
     def _hand_over(self, reply: Any) -> None:
         self._reply = reply
+        self._consumer_wait.end()
         self._ready.set()
 
     async def _produce(self) -> None:
@@ -314,7 +319,7 @@ class Stream(Generic[T]):
 
     async def _wait_wanted(self) -> None:
         # Waiting for the consumer does not keep the run from settling.
-        with self._run.waiting():
+        with self._producer_wait:
             await self._wanted.wait()
 
     def _note_cleanup_error(self, exc: Exception) -> None:
