@@ -410,3 +410,65 @@ def test_python_dash_m_tether_runs_in_a_fresh_process(populated: Populated) -> N
     proc = run_tether("runs", "list", "--store", "mysql:x", cwd=populated.path.parent)
     assert proc.returncode == 2
     assert "usage:" in proc.stderr
+
+
+# -- tether run / tether resume: execute with live progress ---------------------------
+
+
+def test_run_pauses_then_resume_completes_with_live_progress(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'runs.db'}"
+    flow = "tests._cli_flows:sum_then_confirm"
+    r = cli("run", flow, "2", "3", "o-1", "--run-id", "c-1", "--store", store)
+    assert r.status == 3, r.err  # paused
+    assert r.out.splitlines()[:4] == [
+        "run c-1: started (tests.cli.sum_then_confirm)",
+        "  step add#0: started",
+        "  add#0: stored (seq 1)",
+        "  step add#0: finished",
+    ]
+    assert '  ask#0 (bool): {"total": 5}' in r.out
+    assert "tether resume c-1 --respond 'ask#0=...'" in r.out
+
+    r = cli(
+        "resume",
+        "c-1",
+        "--import",
+        "tests._cli_flows",
+        "--respond",
+        "ask#0=maybe",
+        "--store",
+        store,
+    )
+    assert r.status == 1
+    assert "InvalidResponseError" in r.err and "ask#0" in r.err
+
+    r = cli(
+        "resume", "c-1", "--import", "tests._cli_flows", "--respond", "ask#0=true", "--store", store
+    )
+    assert r.status == 0, r.err
+    assert r.out.splitlines() == [
+        "run c-1: started (tests.cli.sum_then_confirm)",
+        "run c-1: completed: 'o-1: 5 confirmed'",
+        '"o-1: 5 confirmed"',
+    ]
+    r = cli("runs", "show", "c-1", "--store", store)
+    assert "status:    completed" in r.out
+
+
+def test_run_failures_and_bad_targets(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'runs.db'}"
+    r = cli("run", "tests._cli_flows:boom", "--store", store)
+    assert r.status == 1
+    assert "ValueError: boom" in r.err
+    r = cli("run", "tests._cli_flows:not_a_workflow", "--store", store)
+    assert r.status == 1
+    assert "not a @tether.workflow" in r.err
+    r = cli("run", "no_such_module_here:wf", "--store", store)
+    assert r.status == 1
+    assert "cannot import module 'no_such_module_here'" in r.err
+    r = cli("resume", "nope", "--store", store)
+    assert r.status == 1
+    assert "RunNotFoundError" in r.err
+    with pytest.raises(SystemExit) as exited:
+        cli("resume", "nope", "--respond", "no-equals-sign", "--store", store)
+    assert exited.value.code == 2

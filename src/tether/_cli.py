@@ -4,6 +4,8 @@
 ``tether runs show RUN_ID`` read a store and print what it holds. The ``runs``
 commands only read: they never create a store, and they work without the
 workflows' code (a result is then shown as the JSON it was stored as).
+``tether run MODULE:WORKFLOW`` and ``tether resume RUN_ID`` execute, with a
+live progress display (see ``_cli_exec``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ class StoreSpec:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.path}"
+
+    def open_for_writing(self) -> Store:
+        """The store, created if it does not exist yet (for ``run`` and ``resume``)."""
+        if self.kind == "sqlite":
+            return SQLiteStore(self.path)
+        return FileStore(self.path)
 
     def open_existing(self) -> Store:
         """The store, if it exists; a read command must not create one.
@@ -271,9 +279,7 @@ async def _runs_command(
         return 0
 
 
-def _runs(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
-) -> int:
+def _spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> StoreSpec:
     if args.store is not None:
         text, source = args.store, "--store"
     elif os.environ.get(STORE_ENV):
@@ -281,9 +287,47 @@ def _runs(
     else:
         text, source = DEFAULT_STORE, "the default store"
     try:
-        spec = StoreSpec.parse(text)
+        return StoreSpec.parse(text)
     except _SpecError as exc:
         parser.error(f"{source}: {exc}")  # exits with status 2
+
+
+def _execute(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    from ._cli_exec import execute, import_modules, parse_value, resolve_workflow
+
+    spec = _spec(parser, args)
+    try:
+        import_modules(args.imports)
+        if args.command == "run":
+            wf = resolve_workflow(args.workflow)
+            values = [parse_value(a) for a in args.args]
+            run_id, timeout = args.run_id, args.timeout
+            start: Any = lambda engine: engine.open_run(  # noqa: E731
+                wf, *values, run_id=run_id, timeout=timeout
+            )
+        else:
+            responses: dict[str, Any] = {}
+            for pair in args.respond:
+                key, sep, value = pair.partition("=")
+                if not sep or not key:
+                    parser.error(f"--respond takes KEY=VALUE, not {pair!r}")
+                responses[key] = parse_value(value)
+            run_id, timeout = args.run_id, args.timeout
+            start = lambda engine: engine.open_resume(  # noqa: E731
+                run_id, responses or None, timeout=timeout
+            )
+    except TetherError as exc:
+        print(f"tether: {exc}", file=err)
+        return 1
+    return execute(spec.open_for_writing(), start, out, err)
+
+
+def _runs(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    spec = _spec(parser, args)
     try:
         store = spec.open_existing()
     except _Missing as exc:
@@ -356,7 +400,50 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     show.add_argument("run_id", metavar="RUN_ID")
-    return parser, {"list": listing, "show": show}
+
+    exec_options = argparse.ArgumentParser(add_help=False, parents=[store_options])
+    exec_options.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it defines the workflows; repeatable)",
+    )
+    exec_options.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="the caller's deadline, as timeout="
+    )
+    run = sub.add_parser(
+        "run",
+        parents=[exec_options],
+        help="run a workflow, showing its progress live",
+        description="Run MODULE:WORKFLOW with ARGS (each JSON, or else a plain string), "
+        "printing its steps as they happen. Exit status: 0 completed, 1 failed, 3 paused "
+        "(answer with `tether resume`). The store is created if it does not exist.",
+        epilog=_STORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("workflow", metavar="MODULE:WORKFLOW")
+    run.add_argument("args", nargs="*", metavar="ARG")
+    run.add_argument("--run-id", metavar="ID", help="the run's id (default: a random one)")
+    resume = sub.add_parser(
+        "resume",
+        parents=[exec_options],
+        help="resume a run (with answers to its requests), showing its progress live",
+        description="Resume RUN_ID from its journal, printing its steps as they happen; "
+        "--respond answers a pending request. Exit status as for `tether run`.",
+        epilog=_STORE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument(
+        "--respond",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="answer the request KEY with VALUE (JSON, or else a plain string; repeatable)",
+    )
+    return parser, {"list": listing, "show": show, "run": run, "resume": resume}
 
 
 def main(
@@ -377,6 +464,8 @@ def main(
         if args.child is not None:
             return child_main(Path(args.child[0]), Path(args.child[1]), out)
         return demo(out, db=args.db)
+    if args.command in ("run", "resume"):
+        return _execute(runs_parsers[args.command], args, out, err)
     if args.command == "runs":
         try:
             return _runs(runs_parsers[args.runs_command], args, out, err)

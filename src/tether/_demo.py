@@ -34,6 +34,7 @@ from . import _workflow as wfmod
 from ._context import parallel
 from ._engine import open_engine
 from ._hooks import HookEvent
+from ._progress import describe_event
 from .stores import SQLiteStore, Store
 from .testing import Delay, FaultyStore, Hang
 
@@ -318,8 +319,7 @@ async def _crash_chapter(db: Path, effects: Path, out: TextIO, claims: _Claims) 
     if returncode is None:
         return  # the watchdog fired: the child never reported; there is no story to resume
 
-    narrator = _Narrator(out)
-    async with open_engine(_sqlite_store(db), hooks=[narrator]) as engine:
+    async with open_engine(_sqlite_store(db)) as engine:
         info = await engine.get_run("o-3")
         survived = [] if info is None else [e.key for e in info.entries]
         print(f"   journal in the SQLite file after the kill: {survived}", file=out)
@@ -327,10 +327,11 @@ async def _crash_chapter(db: Path, effects: Path, out: TextIO, claims: _Claims) 
             info is not None and set(reported) <= set(survived),
             "every checkpoint the child reported stored is in the file",
         )
-        print("   resuming o-3 in this process:", file=out, flush=True)
-        narrator.t0 = trio.current_time()
-        result = await engine.resume("o-3")
-        narrator.say(f"completed: {result!r}")
+        print("   resuming o-3 in this process, watching its live events:", file=out, flush=True)
+        async with engine.open_resume("o-3") as run:
+            async for event in run.events():
+                print(f"   {describe_event(event)}", file=out, flush=True)
+            result = await run.result()
 
     child, here = _count_effects(effects)
     labels = [f"pack#{box}" for box in range(BOXES)] + ["book_courier#0"]
