@@ -15,15 +15,12 @@ from pathlib import Path
 import trio
 
 import tether
+from tether._cli import StoreSpec
 from tether.stores import Store
 
 
 def open_store(kind: str, location: str) -> Store:
-    if kind == "sqlite":
-        return tether.SQLiteStore(location)
-    if kind == "file":
-        return tether.FileStore(location)
-    raise SystemExit(f"unknown store kind {kind!r}")
+    return StoreSpec.parse(f"{kind}:{location}").open_for_writing()
 
 
 def note(effect: str) -> None:

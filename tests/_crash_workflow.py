@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 
 import tether
+from tether._cli import StoreSpec
 from tether.stores import Store
 
 GROUPS, WIDTH = 10, 5
@@ -50,11 +51,7 @@ async def fanout(groups: int, width: int) -> int:
 
 
 def open_store(kind: str, location: str) -> Store:
-    if kind == "sqlite":
-        return tether.SQLiteStore(location)
-    if kind == "file":
-        return tether.FileStore(location)
-    raise SystemExit(f"unknown store kind {kind!r}")
+    return StoreSpec.parse(f"{kind}:{location}").open_for_writing()
 
 
 async def run_to_completion(store: Store, *, announce: bool = False) -> int:

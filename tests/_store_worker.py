@@ -10,16 +10,12 @@ import sys
 
 import trio
 
-import tether
+from tether._cli import StoreSpec
 from tether.stores import Entry, Store, utcnow
 
 
 def open_store(kind: str, location: str) -> Store:
-    if kind == "sqlite":
-        return tether.SQLiteStore(location)
-    if kind == "file":
-        return tether.FileStore(location)
-    raise SystemExit(f"unknown store kind {kind!r}")
+    return StoreSpec.parse(f"{kind}:{location}").open_for_writing()
 
 
 async def main(kind: str, location: str, run_id: str, name: str, n: int) -> None:

@@ -45,6 +45,7 @@ from ._errors import (
 )
 from ._events import OpenRun, take_observer
 from ._hooks import HookEvent, Hooks
+from ._nurseries import unwrap_single
 from ._requests import Paused, Request, request_from_json, request_to_json
 from ._workflow import Workflow, lookup_workflow
 from .stores._protocol import (
@@ -112,13 +113,6 @@ def _first_cancelled(exc: BaseException) -> BaseException:
             found = _first_cancelled(sub)
             if isinstance(found, trio.Cancelled):
                 return found
-    return exc
-
-
-def _unwrap_single(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
     return exc
 
 
@@ -510,7 +504,7 @@ class Engine:
         except BaseExceptionGroup as group:
             # The runner only lets through what it cannot turn into an outcome
             # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
-            raise _unwrap_single(group) from None
+            raise unwrap_single(group) from None
         if caller_exc is not None:
             # The caller's cancellation wins over whatever the run was doing.
             try:

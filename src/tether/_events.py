@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from ._errors import UsageError
+from ._nurseries import exit_nursery
 from ._requests import Paused, Request
 from .stores._protocol import Entry
 
@@ -276,12 +277,4 @@ class OpenRun(Generic[R]):
         # Leaving early is the caller cancelling the run: the run's watcher
         # sees it, cuts its saves short and leaves it `running`.
         self._nursery.cancel_scope.cancel()
-        try:
-            # *exc* is not passed in: it propagates as itself, not in a group.
-            await self._manager.__aexit__(None, None, None)
-        except BaseExceptionGroup as group:
-            # Only what the run could not turn into an outcome (KeyboardInterrupt, ...).
-            inner: BaseException = group
-            while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-                inner = inner.exceptions[0]
-            raise inner from None
+        await exit_nursery(self._manager)

@@ -44,6 +44,7 @@ from ._errors import (
 )
 from ._events import CheckpointStored, StepFinished, StepStarted, StreamItem
 from ._hooks import HookEvent
+from ._nurseries import exit_nursery
 from ._workflow import StreamStep
 from .stores._protocol import Entry, EntryKind, EntryStatus, utcnow
 
@@ -205,17 +206,7 @@ class Stream(Generic[T]):
             # The producer has finished (the close waited for it), so this
             # only closes the nursery; *exc* is not passed in, or it would
             # come out wrapped in a group.
-            await self._exit_nursery()
-
-    async def _exit_nursery(self) -> None:
-        try:
-            await self._manager.__aexit__(None, None, None)
-        except BaseExceptionGroup as group:
-            # Only what the producer could not hand over (KeyboardInterrupt, ...).
-            inner: BaseException = group
-            while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
-                inner = inner.exceptions[0]
-            raise inner from None
+            await exit_nursery(self._manager)
 
     # -- items -------------------------------------------------------------------
 
