@@ -346,6 +346,14 @@ def _runs(
         return 1
 
 
+def _command(sub: Any, name: str, **options: Any) -> argparse.ArgumentParser:
+    """A subcommand whose help ends with the stores and exit statuses."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, epilog=_STORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter, **options
+    )
+    return parser
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(
         prog="tether",
@@ -375,29 +383,26 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="SPEC",
         help=f"sqlite:PATH or file:DIR (default: ${STORE_ENV}, else {DEFAULT_STORE})",
     )
-    runs = sub.add_parser(
+    runs = _command(
+        sub,
         "runs",
         help="inspect stored runs (read only)",
         description="Inspect the runs in a store. These commands only read.",
-        epilog=_STORE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     runs_sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
-    listing = runs_sub.add_parser(
+    listing = _command(
+        runs_sub,
         "list",
         parents=[store_options],
         help="one line per run: id, workflow, status, times, pending requests",
         description="List the runs of a store, oldest first.",
-        epilog=_STORE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    show = runs_sub.add_parser(
+    show = _command(
+        runs_sub,
         "show",
         parents=[store_options],
         help="one run: status, result or error, pending requests, journal",
         description="Show one run: its status, result or error, pending requests and journal.",
-        epilog=_STORE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     show.add_argument("run_id", metavar="RUN_ID")
 
@@ -413,27 +418,25 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     exec_options.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="the caller's deadline, as timeout="
     )
-    run = sub.add_parser(
+    run = _command(
+        sub,
         "run",
         parents=[exec_options],
         help="run a workflow, showing its progress live",
         description="Run MODULE:WORKFLOW with ARGS (each JSON, or else a plain string), "
         "printing its steps as they happen. Exit status: 0 completed, 1 failed, 3 paused "
         "(answer with `tether resume`). The store is created if it does not exist.",
-        epilog=_STORE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("workflow", metavar="MODULE:WORKFLOW")
     run.add_argument("args", nargs="*", metavar="ARG")
     run.add_argument("--run-id", metavar="ID", help="the run's id (default: a random one)")
-    resume = sub.add_parser(
+    resume = _command(
+        sub,
         "resume",
         parents=[exec_options],
         help="resume a run (with answers to its requests), showing its progress live",
         description="Resume RUN_ID from its journal, printing its steps as they happen; "
         "--respond answers a pending request. Exit status as for `tether run`.",
-        epilog=_STORE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     resume.add_argument("run_id", metavar="RUN_ID")
     resume.add_argument(
