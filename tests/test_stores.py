@@ -8,6 +8,7 @@ real clock here (an autojumping clock would treat their threads as idle).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import itertools
@@ -15,7 +16,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ from hypothesis import strategies as st
 import tether
 from tether.stores import (
     Entry,
+    EntryKind,
+    EntryStatus,
+    ErrorInfo,
     RecordDecodeError,
     RunRecord,
     RunStatus,
@@ -698,6 +702,114 @@ async def test_sqlite_group_commits_waiting_saves(group_commit: bool, tmp_path: 
         assert list(store._batches) == ([20] if group_commit else [1] * 20)
     finally:
         await store.close()
+
+
+async def test_sqlite_one_batch_with_duplicates_and_a_missing_run(tmp_path: Path) -> None:
+    """A batch holding re-appended entries (stored before, or twice in the batch)
+    and an append to a missing run: the batch is redone job by job, so the
+    duplicates return the stored entries, the missing run fails alone, and
+    the rest is stored in one transaction."""
+    store = tether.SQLiteStore(tmp_path / "d.db")
+    await store.open()
+    now = utcnow()
+
+    def entry(key: str, attempt: int = 1, run_id: str = "d") -> Entry:
+        return Entry(run_id=run_id, key=key, started_at=now, finished_at=now, attempt=attempt)
+
+    try:
+        await store.create_run(
+            RunRecord(run_id="d", workflow="w", args="[]", created_at=now, updated_at=now)
+        )
+        (old,) = await store.append("d", [entry("old#0")])
+        store._gate.clear()
+        before = len(store._batches)
+        got: dict[str, Any] = {}
+
+        async def append(name: str, run_id: str, entries: list[Entry]) -> None:
+            try:
+                got[name] = await store.append(run_id, entries)
+            except tether.RunNotFoundError as exc:
+                got[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append, "new", "d", [entry("a#0"), entry("b#0")])
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(append, "again", "d", [entry("old#0")])
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(append, "twice", "d", [entry("a#0"), entry("a#0", attempt=2)])
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(append, "missing", "nope", [entry("x#0", run_id="nope")])
+            await trio.testing.wait_all_tasks_blocked()
+            store._gate.set()
+        assert list(store._batches)[before:] == [4]
+        a, b = got["new"]
+        assert (a.seq, b.seq) == (2, 3)
+        assert got["again"] == [old]
+        assert got["twice"][0] == a
+        assert got["twice"][1].seq == 4 and got["twice"][1].attempt == 2
+        assert isinstance(got["missing"], tether.RunNotFoundError)
+        loaded = list(await store.load_entries("d"))
+        assert [(e.key, e.seq) for e in loaded] == [
+            ("old#0", 1),
+            ("a#0", 2),
+            ("b#0", 3),
+            ("a#0", 4),
+        ]
+    finally:
+        store._gate.set()
+        await store.close()
+
+
+_ODD_ENTRIES = [
+    Entry(
+        run_id='r"\\\n\u00e9\u2028\x00',
+        key="k\u2603/\u00e9#0",
+        kind=EntryKind.STREAM,
+        status=EntryStatus.FAILED,
+        error=ErrorInfo(type="ValueError", message='bad "x"\n\t\U0001f600', key=None),
+        started_at=datetime(2020, 1, 1, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+        finished_at=datetime(2020, 1, 1, 1, 2, 3, 4, tzinfo=UTC),
+        attempt=7,
+    ),
+    Entry(
+        run_id="r",
+        key="k#1",
+        kind=EntryKind.RESPONSE,
+        status=EntryStatus.INTERRUPTED,
+        value='{"a": [1, "\u00e9"]}',
+        error=ErrorInfo(type="T", message="", key="s#1"),
+        args_digest="abc",
+        started_at=datetime(2020, 1, 1, tzinfo=timezone(-timedelta(hours=3))),
+        finished_at=datetime(2021, 2, 3, 4, 5, 6, 789, tzinfo=UTC),
+    ),
+    Entry(run_id="r", key="k#2", value="1", started_at=utcnow(), finished_at=utcnow()),
+]
+
+
+@pytest.mark.parametrize("entry", _ODD_ENTRIES)
+async def test_sqlite_stores_the_canonical_json_and_idempotency_key(
+    entry: Entry, tmp_path: Path
+) -> None:
+    from tether.stores._sqlite import _encode_entry, _generic_encode_entry
+
+    assert _encode_entry(entry) == _generic_encode_entry(entry)
+    assert _encode_entry(entry)[0] == entry.idempotency_key
+    store = tether.SQLiteStore(tmp_path / "c.db")
+    await store.open()
+    try:
+        now = utcnow()
+        run = RunRecord(
+            run_id=entry.run_id, workflow="w", args="[]", created_at=now, updated_at=now
+        )
+        await store.create_run(run)
+        (stored,) = await store.append(entry.run_id, [entry])
+        assert stored == entry.stored_as(1)
+        assert await store.append(entry.run_id, [entry]) == [stored]
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "c.db")) as conn:
+        rows = conn.execute("SELECT ikey, data FROM entries").fetchall()
+    assert rows == [(entry.idempotency_key, dumps_record(stored.to_json()))]
 
 
 async def test_sqlite_a_save_cancelled_while_queued_is_withdrawn(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[Entry]] = {}
-        self._ids: dict[str, dict[str, Entry]] = {}  # run -> idempotency key -> stored
+        # run -> entry key -> the run's stored entries with that key (usually one)
+        self._by_key: dict[str, dict[str, list[Entry]]] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore(<{len(self._runs)} runs>)"
@@ -46,7 +47,7 @@ class MemoryStore:
             raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
         self._runs[record.run_id] = record
         self._journals[record.run_id] = []
-        self._ids[record.run_id] = {}
+        self._by_key[record.run_id] = {}
 
     async def update_run(self, record: RunRecord) -> None:
         await trio.lowlevel.checkpoint()
@@ -67,17 +68,57 @@ class MemoryStore:
         journal = self._journals.get(run_id)
         if journal is None:
             raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
-        ids = self._ids[run_id]
+        by_key = self._by_key[run_id]
         stored: list[Entry] = []
         for entry in entries:
-            ikey = entry.idempotency_key
-            existing = ids.get(ikey)
+            # Only an entry with the same key can be its duplicate: the
+            # idempotency key is computed for those alone (rare: a retried
+            # save, a re-executed step), never for a step's first entry.
+            same_key = by_key.get(entry.key)
+            existing = None if same_key is None else _stored_twin(entry, same_key)
             if existing is None:
-                existing = ids[ikey] = entry.stored_as(len(journal) + 1)
+                existing = entry.stored_as(len(journal) + 1)
                 journal.append(existing)
+                if same_key is None:
+                    by_key[entry.key] = [existing]
+                else:
+                    same_key.append(existing)
             stored.append(existing)
         return stored
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:
         await trio.lowlevel.checkpoint()
         return list(self._journals.get(run_id, ()))
+
+
+def _fields(entry: Entry) -> tuple[object, ...]:
+    """Every field of *entry* but ``seq``: equal whenever the idempotency keys are."""
+    return (
+        entry.run_id,
+        entry.key,
+        entry.kind,
+        entry.status,
+        entry.value,
+        entry.error,
+        entry.args_digest,
+        entry.started_at,
+        entry.finished_at,
+        entry.attempt,
+    )
+
+
+def _stored_twin(entry: Entry, candidates: list[Entry]) -> Entry | None:
+    """The candidate with *entry*'s :attr:`~Entry.idempotency_key`, if any.
+
+    The field comparison is a cheap filter (equal keys imply equal fields);
+    the keys themselves decide, so the rule is exactly the documented one.
+    """
+    fields = _fields(entry)
+    ikey: str | None = None
+    for candidate in candidates:
+        if _fields(candidate) == fields:
+            if ikey is None:
+                ikey = entry.idempotency_key
+            if candidate.idempotency_key == ikey:
+                return candidate
+    return None

@@ -11,21 +11,36 @@ Layout (schema version 1, kept in ``PRAGMA user_version``)::
             PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
 
 Writes go through one thread that owns the write connection: callers queue a
-job and wait; the thread takes everything queued at that moment and commits
-it in one ``BEGIN IMMEDIATE ... COMMIT`` (group commit), then wakes every
-waiter. Reads run in Trio worker threads on separate read connections (WAL
-lets them proceed while the writer commits).
+job and wait; the thread takes everything queued at that moment (and what is
+queued while its statements run, a few times over) and commits it in one
+``BEGIN IMMEDIATE ... COMMIT`` (group commit), then wakes every waiter with
+one callback into their Trio run. Reads run in Trio worker threads on
+separate read connections (WAL lets them proceed while the writer commits).
+
+An append is encoded (its JSON and idempotency key) by the caller before it
+is queued; the writer only numbers its rows. A batch costs a few statements
+whatever its size: per run one query for its existence and its highest
+``seq`` (inside the write transaction: processes sharing the file never
+collide), and multi-row inserts with no duplicate lookups, since the
+``UNIQUE (run_id, ikey)`` constraint catches a duplicate. When anything in
+that fast pass fails, the transaction is rolled back and the batch redone job
+by job, each in a savepoint, looking duplicates up: one bad job fails alone.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
+import hashlib
+import json
+import json.encoder
 import os
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, final
 
@@ -40,7 +55,17 @@ from .._errors import (
     TetherError,
     UsageError,
 )
-from ._protocol import Entry, RecordDecodeError, RunRecord, dumps_record, loads_record
+from ._protocol import (
+    Entry,
+    EntryKind,
+    EntryStatus,
+    ErrorInfo,
+    RecordDecodeError,
+    RunRecord,
+    _idempotency_digest,
+    dumps_record,
+    loads_record,
+)
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 
@@ -65,19 +90,161 @@ CREATE TABLE entries (
 );
 """
 
+_INSERT_ENTRY = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
+_LAST_SEQ = """
+SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1),
+       (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE run_id = ?1)
+"""
+# How many times jobs queued during a transaction may join it.
+_LATE_ROUNDS = 3
+# The most rows one INSERT takes (4 parameters each: within SQLite's
+# smallest default limit of 999 parameters).
+_MAX_ROWS = 128
+
+
+@functools.cache
+def _insert_rows_sql(n: int) -> str:
+    return "INSERT INTO entries (run_id, seq, ikey, data) VALUES " + ",".join(["(?,?,?,?)"] * n)
+
+
+def _insert_entries(conn: sqlite3.Connection, rows: list[Any]) -> None:
+    """Insert the flattened *rows* (run_id, seq, ikey, data, ...) in few statements.
+
+    Chunks of a power-of-two number of rows, so the connection's statement
+    cache holds every statement after a while (at most 8 distinct ones).
+    """
+    start, end = 0, len(rows)
+    while start < end:
+        n = min(_MAX_ROWS, 1 << ((end - start) // 4).bit_length() - 1)
+        stop = start + 4 * n
+        conn.execute(_insert_rows_sql(n), rows[start:stop])
+        start = stop
+
+
+# ``dumps_record``'s encoder, made once.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
 _PENDING, _TAKEN, _WITHDRAWN = 0, 1, 2
+
+
+@attrs.frozen
+class _Appending:
+    """An append, encoded before it is queued: the writer only numbers it.
+
+    Row ``i`` of the run stored with seq ``n`` has the data
+    ``head + str(n) + tails[i]``, exactly ``dumps_record(entry.stored_as(n).to_json())``.
+    """
+
+    run_id: str
+    head: str  # '{"run_id":<run_id>,"seq":'
+    ikeys: tuple[str, ...]  # Entry.idempotency_key of each entry
+    tails: tuple[str, ...]  # the rest of each entry's JSON after its seq
+
+
+def _encode_append(run_id: str, entries: Sequence[Entry]) -> _Appending:
+    ikeys: list[str] = []
+    tails: list[str] = []
+    for entry in entries:
+        ikey, tail = _encode_entry(entry)
+        ikeys.append(ikey)
+        tails.append(tail)
+    head = '{"run_id":' + _string(run_id) + ',"seq":'
+    return _Appending(run_id, head, tuple(ikeys), tuple(tails))
+
+
+# What json.dumps(..., ensure_ascii=False) writes for a string.
+_string: Final = json.encoder.encode_basestring
+_KINDS: Final = {k: _string(k.value) for k in EntryKind}
+_STATUSES: Final = {s: _string(s.value) for s in EntryStatus}
+
+
+def _encode_entry(entry: Entry) -> tuple[str, str]:
+    """(:attr:`Entry.idempotency_key`, the JSON of the entry after its seq).
+
+    Both texts are assembled from one encoding of each field, exactly as
+    ``json.dumps`` writes them (``_generic_encode_entry`` is the reference;
+    a test holds them equal); a field of an unexpected type takes that path.
+    """
+    e = entry
+    error = e.error
+    value = e.value
+    if not (
+        type(e.key) is str
+        and type(e.run_id) is str
+        and type(e.args_digest) is str
+        and type(e.attempt) is int
+        and type(e.kind) is EntryKind
+        and type(e.status) is EntryStatus
+        and type(e.started_at) is datetime
+        and type(e.finished_at) is datetime
+        and (value is None or type(value) is str)
+        and (
+            error is None
+            or (
+                type(error) is ErrorInfo
+                and type(error.type) is str
+                and type(error.message) is str
+                and (error.key is None or type(error.key) is str)
+            )
+        )
+    ):
+        return _generic_encode_entry(e)
+    key = _string(e.key)
+    kind = _KINDS[e.kind]
+    status = _STATUSES[e.status]
+    text = "null" if value is None else _string(value)
+    digest = _string(e.args_digest)
+    started = '"' + e.started_at.isoformat() + '"'  # ISO 8601: nothing to escape
+    finished = '"' + e.finished_at.isoformat() + '"'
+    attempt = int.__repr__(e.attempt)
+    if error is None:
+        err = sorted_err = "null"
+    else:
+        etype, emessage = _string(error.type), _string(error.message)
+        ekey = "null" if error.key is None else _string(error.key)
+        err = f'{{"type":{etype},"message":{emessage},"key":{ekey}}}'
+        sorted_err = f'{{"key":{ekey},"message":{emessage},"type":{etype}}}'
+    ikey_text = (
+        f'{{"args_digest":{digest},"attempt":{attempt},"error":{sorted_err},'
+        f'"finished_at":{finished},"key":{key},"kind":{kind},"run_id":{_string(e.run_id)},'
+        f'"started_at":{started},"status":{status},"value":{text}}}'
+    )
+    tail = (
+        f',"key":{key},"kind":{kind},"status":{status},"value":{text},"error":{err},'
+        f'"args_digest":{digest},"started_at":{started},"finished_at":{finished},'
+        f'"attempt":{attempt}}}'
+    )
+    return hashlib.sha256(ikey_text.encode("utf-8")).hexdigest(), tail
+
+
+def _generic_encode_entry(entry: Entry) -> tuple[str, str]:
+    data = entry.to_json()  # run_id, seq, then the rest, in this order
+    del data["seq"]
+    ikey = _idempotency_digest(data)
+    del data["run_id"]
+    return ikey, "," + _ENCODER.encode(data)[1:]
 
 
 @attrs.define(eq=False)
 class _Job:
-    """One queued write: *fn* runs inside the writer's transaction."""
+    """One queued write: an append, or *fn* run inside the writer's transaction."""
 
-    fn: Callable[[sqlite3.Connection], Any]
+    fn: Callable[[sqlite3.Connection], Any] | None
     token: trio.lowlevel.TrioToken
+    appending: _Appending | None = None
     done: trio.Event = attrs.field(factory=trio.Event)
     state: int = _PENDING  # guarded by the store's lock
     result: Any = None
     error: BaseException | None = None
+
+
+def _no_jobs() -> list[_Job]:
+    return []
+
+
+def _wake(jobs: list[_Job]) -> None:
+    for job in jobs:
+        job.done.set()
 
 
 @final
@@ -250,36 +417,13 @@ class SQLiteStore:
         for e in entries:
             if e.run_id != run_id:
                 raise UsageError(f"entry {e.key} of run {e.run_id!r} appended to run {run_id!r}")
-        prepared = [(e, e.idempotency_key) for e in entries]
-
-        def write(conn: sqlite3.Connection) -> list[Entry]:
-            if not conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
-                raise RunNotFoundError(
-                    f"cannot append to run {run_id!r}: it is not stored in {self!r}"
-                )
-            (last,) = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM entries WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            stored: list[Entry] = []
-            for entry, ikey in prepared:
-                row = conn.execute(
-                    "SELECT rowid, seq, data FROM entries WHERE run_id = ? AND ikey = ?",
-                    (run_id, ikey),
-                ).fetchone()
-                if row is not None:
-                    stored.append(self._decode_entry(run_id, row))
-                    continue
-                last += 1
-                done = entry.stored_as(last)
-                conn.execute(
-                    "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)",
-                    (run_id, last, ikey, dumps_record(done.to_json())),
-                )
-                stored.append(done)
-            return stored
-
-        result: list[Entry] = await self._write(write, f"appending to run {run_id!r}")
-        return result
+        appending = _encode_append(run_id, entries)
+        # The writer returns each entry's new seq, or the stored entry it equals.
+        done: list[int | Entry] = await self._write(None, f"appending to run {run_id!r}", appending)
+        return [
+            entry.stored_as(got) if isinstance(got, int) else got
+            for entry, got in zip(entries, done, strict=True)
+        ]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run record, or ``None``. A checkpoint; runs in a worker thread.
@@ -467,12 +611,17 @@ class SQLiteStore:
             conn.close()
         return result
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
+    async def _write(
+        self,
+        fn: Callable[[sqlite3.Connection], Any] | None,
+        what: str,
+        appending: _Appending | None = None,
+    ) -> Any:
         await trio.lowlevel.checkpoint_if_cancelled()
         if not self._open:
             await trio.lowlevel.checkpoint()
             raise UsageError(f"{what}: {self!r} is not open")
-        job = _Job(fn=fn, token=trio.lowlevel.current_trio_token())
+        job = _Job(fn, trio.lowlevel.current_trio_token(), appending)
         self._queue.put(job)
         try:
             await job.done.wait()
@@ -490,47 +639,90 @@ class SQLiteStore:
 
     def _writer_loop(self, conn: sqlite3.Connection) -> None:
         stopping = False
+
+        def take(first: _Job | None) -> list[_Job]:
+            """Take *first* and, with group commit, every job queued now."""
+            nonlocal stopping
+            batch: list[_Job] = []
+            if first is None:
+                stopping = True
+            else:
+                batch.append(first)
+            while self.group_commit and not stopping:
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                else:
+                    batch.append(job)
+            with self._lock:
+                taken = [j for j in batch if j.state == _PENDING]
+                for j in taken:
+                    j.state = _TAKEN
+            return taken
+
+        def take_more() -> list[_Job]:
+            """Jobs queued while the transaction is open (none when stopping)."""
+            if stopping or self._queue.empty() or not self._gate.is_set():
+                return []
+            return take(self._queue.get())
+
         try:
             while not stopping:
                 first = self._queue.get()
                 self._gate.wait()
-                batch: list[_Job] = []
-                if first is None:
-                    stopping = True
-                else:
-                    batch.append(first)
-                while self.group_commit and not stopping:
-                    try:
-                        job = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        stopping = True
-                    else:
-                        batch.append(job)
-                with self._lock:
-                    taken = [j for j in batch if j.state == _PENDING]
-                    for j in taken:
-                        j.state = _TAKEN
+                taken = take(first)
                 if taken:
-                    self._commit(conn, taken)
+                    self._commit(conn, taken, take_more if self.group_commit else None)
         finally:
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+    def _commit(
+        self,
+        conn: sqlite3.Connection,
+        jobs: list[_Job],
+        take_more: Callable[[], list[_Job]] | None,
+    ) -> None:
+        """Commit *jobs* in one transaction, and the jobs *take_more* adds.
+
+        A job can only be queued while this thread has released the GIL,
+        which it does in every SQLite call: jobs queued during the
+        transaction's statements join it before it commits, instead of
+        waiting a whole commit more (a few rounds at most, so a steady
+        stream of jobs cannot hold a commit back).
+        """
         results: list[tuple[Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for job in jobs:
-                    conn.execute("SAVEPOINT job")
-                    try:
-                        results.append((job.fn(conn), None))
-                    except (TetherError, sqlite3.Error, ValueError, TypeError) as exc:
-                        # This job's writes are undone; the others commit.
-                        conn.execute("ROLLBACK TO job")
-                        results.append((None, exc))
-                    conn.execute("RELEASE job")
+                try:
+                    last: dict[str, int | None] = {}
+                    rows: list[Any] = []
+                    self._run_batch(conn, jobs, last, rows, results)
+                    more = take_more or _no_jobs
+                    late = _LATE_ROUNDS
+                    while True:
+                        joining = more() if late else []
+                        if not joining and rows:
+                            _insert_entries(conn, rows)
+                            rows.clear()
+                            joining = more() if late else []
+                        if not joining:
+                            break
+                        late -= 1
+                        jobs += joining
+                        self._run_batch(conn, joining, last, rows, results)
+                except (TetherError, sqlite3.Error, ValueError, TypeError):
+                    # Most likely an entry equal to a stored one (UNIQUE
+                    # (run_id, ikey)), or one job's write failed: undo the
+                    # batch and redo it job by job, each in a savepoint, with
+                    # the duplicate lookups, so a failing job fails alone.
+                    if conn.in_transaction:  # some errors end it themselves
+                        conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    results = self._run_jobs(conn, jobs)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -539,8 +731,115 @@ class SQLiteStore:
         except Exception as exc:
             results = [(None, exc)] * len(jobs)
         self._batches.append(len(jobs))
+        by_token: dict[trio.lowlevel.TrioToken, list[_Job]] = {}
         for job, (result, error) in zip(jobs, results, strict=True):
             job.result, job.error = result, error
-            # When its Trio run is gone, nobody waits for it.
+            by_token.setdefault(job.token, []).append(job)
+        for token, waiters in by_token.items():
+            # One callback wakes a Trio run's waiters. When its run is gone,
+            # nobody waits for them.
             with contextlib.suppress(trio.RunFinishedError):
-                job.token.run_sync_soon(job.done.set)
+                token.run_sync_soon(_wake, waiters)
+
+    def _run_batch(
+        self,
+        conn: sqlite3.Connection,
+        jobs: list[_Job],
+        last: dict[str, int | None],
+        rows: list[Any],
+        results: list[tuple[Any, BaseException | None]],
+    ) -> None:
+        """Run *jobs* the fast way, inside the open transaction.
+
+        Few statements, whatever the batch's size (each one lets the event
+        loop's thread take the GIL, and getting it back can take a switch
+        interval): one query per run for its existence and its highest
+        ``seq``, kept in *last* (inside the write transaction, so other
+        processes cannot interleave), and the entries' rows gathered in
+        *rows* for multi-row inserts, with no duplicate lookups: the ``UNIQUE
+        (run_id, ikey)`` constraint fails an insert when an entry is already
+        stored (or repeated in the batch). Any error here makes
+        :meth:`_commit` redo the batch with :meth:`_run_jobs`.
+        """
+        for job in jobs:
+            appending = job.appending
+            if appending is None:
+                if rows:  # the job sees every earlier write
+                    _insert_entries(conn, rows)
+                    rows.clear()
+                results.append(self._run_job(conn, job))
+                last.clear()
+                continue
+            run_id = appending.run_id
+            if run_id in last:
+                seq = last[run_id]
+            else:
+                seq = last[run_id] = self._last_seq(conn, run_id)
+            if seq is None:
+                results.append((None, self._no_run(run_id)))
+                continue
+            head = appending.head
+            seqs: list[int] = []
+            for ikey, tail in zip(appending.ikeys, appending.tails, strict=True):
+                seq += 1
+                rows += (run_id, seq, ikey, f"{head}{seq}{tail}")
+                seqs.append(seq)
+            last[run_id] = seq
+            results.append((seqs, None))
+
+    def _run_jobs(
+        self, conn: sqlite3.Connection, jobs: list[_Job]
+    ) -> list[tuple[Any, BaseException | None]]:
+        """Run the jobs one by one, each in its own savepoint."""
+        return [self._run_job(conn, job) for job in jobs]
+
+    def _run_job(self, conn: sqlite3.Connection, job: _Job) -> tuple[Any, BaseException | None]:
+        conn.execute("SAVEPOINT job")
+        try:
+            if job.appending is not None:
+                result: tuple[Any, BaseException | None] = (
+                    self._append_one(conn, job.appending),
+                    None,
+                )
+            else:
+                assert job.fn is not None
+                result = (job.fn(conn), None)
+        except (TetherError, sqlite3.Error, ValueError, TypeError) as exc:
+            # This job's writes are undone; the others commit.
+            conn.execute("ROLLBACK TO job")
+            result = (None, exc)
+        conn.execute("RELEASE job")
+        return result
+
+    def _append_one(self, conn: sqlite3.Connection, appending: _Appending) -> list[int | Entry]:
+        """One append, entry by entry, looking each up first (an index search)."""
+        run_id = appending.run_id
+        last = self._last_seq(conn, run_id)
+        if last is None:
+            raise self._no_run(run_id)
+        stored: list[int | Entry] = []
+        for ikey, tail in zip(appending.ikeys, appending.tails, strict=True):
+            row = conn.execute(
+                "SELECT rowid, seq, data FROM entries WHERE run_id = ? AND ikey = ?",
+                (run_id, ikey),
+            ).fetchone()
+            if row is not None:
+                stored.append(self._decode_entry(run_id, row))
+                continue
+            last += 1
+            conn.execute(_INSERT_ENTRY, (run_id, last, ikey, f"{appending.head}{last}{tail}"))
+            stored.append(last)
+        return stored
+
+    def _last_seq(self, conn: sqlite3.Connection, run_id: str) -> int | None:
+        """The run's highest seq (0 for none), or ``None`` if the run is not stored."""
+        exists, last = conn.execute(_LAST_SEQ, (run_id,)).fetchone()
+        if not exists:
+            return None
+        if type(last) is not int:
+            where = "table entries, the highest seq"
+            raise self._corrupt(run_id, where, f"is {last!r}, not an integer")
+        return last
+
+    def _no_run(self, run_id: str) -> RunNotFoundError:
+        return RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
