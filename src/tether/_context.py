@@ -302,6 +302,22 @@ class RunState:
             scope.shield = False
             scope.cancel()
 
+    def tracked_scope(self, seconds: float) -> trio.CancelScope:
+        """A new scope shielded from framework cancellation for *seconds*, tracked.
+
+        :meth:`cancel_by_caller` cuts it short; the caller of this method
+        enters it and removes it from :attr:`shields` once it has exited.
+        """
+        scope = trio.CancelScope(
+            shield=not self.caller_cancelled, deadline=trio.current_time() + seconds
+        )
+        if self.caller_cancelled:
+            # The verdict is sticky: a scope opened after the caller
+            # cancelled does not wait at all.
+            scope.cancel()
+        self.shields.add(scope)
+        return scope
+
     async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``afn(*args)`` shielded from framework cancellation.
 
@@ -315,14 +331,7 @@ class RunState:
             trio.Cancelled: the caller cancelled.
             SaveTimeoutError: ``save_timeout`` expired first.
         """
-        scope = trio.CancelScope(
-            shield=not self.caller_cancelled, deadline=trio.current_time() + self.save_timeout
-        )
-        if self.caller_cancelled:
-            # The verdict is sticky: a save that starts after the caller
-            # cancelled does not wait at all.
-            scope.cancel()
-        self.shields.add(scope)
+        scope = self.tracked_scope(self.save_timeout)
         try:
             with scope:
                 return await afn(*args)

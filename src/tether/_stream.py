@@ -558,12 +558,10 @@ def cleanup_scope(timeout: float) -> Iterator[trio.CancelScope]:
         raise UsageError(f"cleanup_scope() takes a positive number of seconds, not {timeout!r}")
     frame = _frame.get()
     run = frame.run if frame is not None else None
-    scope = trio.CancelScope(shield=True, deadline=trio.current_time() + timeout)
-    if run is not None:
-        if run.caller_cancelled:
-            scope.shield = False
-            scope.cancel()
-        run.shields.add(scope)
+    if run is None:
+        scope = trio.CancelScope(shield=True, deadline=trio.current_time() + timeout)
+    else:
+        scope = run.tracked_scope(timeout)
     try:
         with scope:
             yield scope

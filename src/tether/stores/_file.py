@@ -266,7 +266,7 @@ class FileStore:
         if finished:
             # A completed run takes no more entries: drop what was cached for
             # its appends (it is read back from disk if one comes after all).
-            with self._run_locks[hash(run_id) % _LOCKS]:
+            with self._run_lock(run_id):
                 self._ids.pop(run_id, None)
                 self._next.pop(run_id, None)
         temp = _write_temp(folder, data)
@@ -341,7 +341,7 @@ class FileStore:
         return result
 
     def _append_sync(self, run_id: str, entries: list[Entry]) -> list[Entry]:
-        with self._run_locks[hash(run_id) % _LOCKS]:
+        with self._run_lock(run_id):
             folder = self._run_dir(run_id)
             if folder is None:
                 raise RunNotFoundError(
@@ -470,6 +470,9 @@ class FileStore:
             )
         if not stat.S_ISDIR(st.st_mode):
             raise self._corrupt(run_id, path, "is not a folder")
+
+    def _run_lock(self, run_id: str) -> threading.Lock:
+        return self._run_locks[hash(run_id) % _LOCKS]
 
     def _run_dir(self, run_id: str) -> Path | None:
         """The run's folder, or ``None`` if nothing by that name exists."""
