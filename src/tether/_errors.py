@@ -10,6 +10,7 @@ __all__ = (
     "CheckpointCorruptError",
     "CodecError",
     "InvalidResponseError",
+    "InvariantViolation",
     "NonDeterminismError",
     "NotInRunError",
     "RunConflictError",
@@ -19,6 +20,7 @@ __all__ = (
     "StreamClosed",
     "TetherError",
     "UnknownRequestError",
+    "UnsupportedTrioError",
     "UsageError",
     "WorkflowNotFoundError",
 )
@@ -149,3 +151,26 @@ class StreamClosed(Exception):
     given for such a stream, and the type named in its ``interrupted`` journal
     entry. The stream runs again on resume.
     """
+
+
+class UnsupportedTrioError(TetherError):
+    """The installed trio is outside the range tether's seeded scheduling supports.
+
+    Seeded schedules (:func:`tether.testing.run_deterministic`) rely on a
+    private trio hook; tether pins the trio versions it was tested with. The
+    message names the installed version and the supported range.
+    """
+
+
+class InvariantViolation(TetherError, AssertionError):
+    """The explorer (:func:`tether.testing.explore`) found a broken invariant.
+
+    The message names the invariant, what happened, the seed and fault plan,
+    and one line of Python that reproduces it. Also an ``AssertionError``, so
+    test runners report it as a failed test. :attr:`plan` is the
+    :class:`tether.testing.FaultPlan` that broke it.
+    """
+
+    def __init__(self, message: str, plan: object = None) -> None:
+        super().__init__(message)
+        self.plan = plan
