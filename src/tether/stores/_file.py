@@ -104,9 +104,14 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _temp_name(folder: Path) -> Path:
+    """A new unique temporary file name in *folder* (never read: it starts with ``.``)."""
+    return folder / f"{_TEMP}{uuid.uuid4().hex}.json"
+
+
 def _write_temp(folder: Path, data: bytes) -> Path:
     """Write *data* to a new unique temporary file in *folder*, fsynced."""
-    temp = folder / f"{_TEMP}{uuid.uuid4().hex}.json"
+    temp = _temp_name(folder)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
@@ -119,6 +124,24 @@ def _write_temp(folder: Path, data: bytes) -> Path:
         raise
     os.close(fd)
     return temp
+
+
+def _write_torn(folder: Path, data: bytes) -> None:
+    """What :func:`_write_temp` leaves when the process dies in its middle.
+
+    The first half of *data* in a new temporary file, neither fsynced nor
+    published. For :meth:`FileStore._simulate_torn_append` and
+    :meth:`FileStore._simulate_torn_update`.
+    """
+    fd = os.open(
+        _temp_name(folder), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644
+    )
+    try:
+        view = memoryview(data)[: len(data) // 2]
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 @final
@@ -439,6 +462,81 @@ class FileStore:
                 )
             journal.append(entry)
         return journal
+
+    # -- crash simulation (tether.testing.FaultyStore's Crash(torn=True)) ---------------
+
+    def _simulate_torn_append(self, run_id: str, entries: Sequence[Entry]) -> None:
+        """Leave what a crash in the middle of ``append(run_id, entries)`` leaves.
+
+        The first entry the append would publish is half-written to the
+        temporary name :meth:`_publish` uses (``entries/.tmp-<random>.json``),
+        without the fsync, the link and the folder's fsync that would follow:
+        the process died inside :func:`_write_temp`. Readers ignore the file.
+        Nothing cached changes. Where the real call would fail before writing
+        (the store is closed, the run is not stored, an invalid id, every
+        entry stored already), nothing is written.
+
+        Synchronous, in the caller's thread (a few unsynced bytes): no other
+        task runs between the torn write and the simulated crash.
+
+        Raises:
+            StoreError: the file system failed.
+            CheckpointCorruptError: the journal read to find the seq is corrupt.
+        """
+        try:
+            check_run_id(run_id)
+        except UsageError:
+            return
+        if not self._open or any(e.run_id != run_id for e in entries):
+            return
+        try:
+            with self._run_lock(run_id):
+                folder = self._run_dir(run_id)
+                if folder is None:
+                    return
+                ids = self._ids.get(run_id)
+                seq = self._next.get(run_id)
+                if ids is None or seq is None:
+                    journal = self._load_sync(run_id)
+                    ids = {e.idempotency_key: e for e in journal}
+                    seq = len(journal) + 1
+                new = [e for e in entries if e.idempotency_key not in ids]
+                if new:
+                    data = dumps_record(new[0].stored_as(seq).to_json()).encode("utf-8")
+                    _write_torn(folder / _ENTRIES, data)
+        except OSError as exc:
+            raise StoreError(
+                f"simulating a torn append to run {run_id!r} in {self!r} failed: {exc}"
+            ) from exc
+
+    def _simulate_torn_update(self, record: RunRecord) -> None:
+        """Leave what a crash in the middle of ``update_run(record)`` leaves.
+
+        The new ``run.json`` is half-written to the temporary name
+        :meth:`_update_sync` uses (``<run>/.tmp-<random>.json``), without the
+        fsync and the ``os.replace`` that would follow: the stored record is
+        the old one. Where the real call would fail before writing (the store
+        is closed, no such run, an invalid id), nothing is written.
+        Synchronous, like :meth:`_simulate_torn_append`.
+
+        Raises:
+            StoreError: the file system failed.
+        """
+        try:
+            run_id = check_run_id(record.run_id)
+        except UsageError:
+            return
+        if not self._open:
+            return
+        data = dumps_record(record.to_json()).encode("utf-8")
+        try:
+            folder = self._run_dir(run_id)
+            if folder is not None:
+                _write_torn(folder, data)
+        except OSError as exc:
+            raise StoreError(
+                f"simulating a torn update of run {run_id!r} in {self!r} failed: {exc}"
+            ) from exc
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -1,21 +1,64 @@
-"""A store wrapper that injects faults into chosen calls."""
+"""A store wrapper that injects faults (failures, hangs, crashes) into chosen calls.
+
+A fault is any object with ``async def apply(self, call: Call) -> None``; the
+built-ins are :class:`Delay`, :class:`Hang`, :class:`Raise`, :class:`Crash`
+and :class:`Do` (an async function of your own).
+
+Crashes simulate the death of the process that owns the store: after a
+:class:`Crash` fault (or :meth:`FaultyStore.crash`), nothing more reaches the
+inner store, and every call raises :class:`SimulatedCrash`, a
+``BaseException`` that workflow code's ``except Exception`` cannot swallow.
+The pattern for a crash test::
+
+    store = FaultyStore(inner)
+    store.inject("append", Crash(), at=3)         # the process dies at the third save
+    async with tether.open_engine(store) as engine:
+        with pytest.raises(SimulatedCrash):
+            await engine.run(wf, run_id="r")
+    async with tether.open_engine(store.inner) as engine:   # a new process
+        await engine.resume("r")                  # stored steps replay, not re-run
+
+(or ``store.restart()`` and a new engine on ``store`` itself).
+
+What ``engine.run`` raises: the engine lets a ``BaseException`` from the store
+through (it is not an outcome of the run: no status is stored and no
+``on_run_end`` hook runs) and unwraps single-exception groups. So a
+sequential workflow, or a streaming step, raises the :class:`SimulatedCrash`
+as itself. When several tasks met the dead store (the save that crashed it,
+saves in flight in other ``tether.parallel()`` branches, calls made after),
+``engine.run`` raises a ``BaseExceptionGroup`` with one
+:class:`SimulatedCrash` per task. ``except* SimulatedCrash`` catches both
+shapes; in tests, ``pytest.raises(SimulatedCrash)`` or
+``pytest.RaisesGroup(SimulatedCrash, SimulatedCrash, ...)``.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, final
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
 
-from .._errors import StoreError
+from .._errors import StoreError, UsageError
 from ..stores._protocol import Entry, RunRecord, Store
 
-__all__ = ("Delay", "Fault", "FaultyStore", "Hang", "Raise")
+__all__ = (
+    "Call",
+    "Crash",
+    "Delay",
+    "Do",
+    "Fault",
+    "FaultyStore",
+    "Hang",
+    "Raise",
+    "SimulatedCrash",
+)
 
-_METHODS = (
+_METHODS: Final = (
     "open",
     "close",
     "create_run",
@@ -26,42 +69,231 @@ _METHODS = (
     "load_entries",
 )
 
+#: The private method a store implements to simulate a torn write of a call.
+_TORN: Final = {"append": "_simulate_torn_append", "update_run": "_simulate_torn_update"}
+
+_TORN_AFTER: Final = (
+    "Crash(torn=True) cannot apply after the call: by then the write has landed whole; "
+    "inject it with after=False, or use Crash() with after=True for a crash right after "
+    "the write"
+)
+
+_AFTERWARDS: Final = (
+    "open a new engine on the inner store (store.inner) to resume, as a new process "
+    "would, or call store.restart() and open a new engine on the FaultyStore"
+)
+
+
+class SimulatedCrash(BaseException):
+    """The process that owns the store died (simulated by :class:`FaultyStore`).
+
+    Raised by the call that crashed the store (a :class:`Crash` fault), by
+    every later call until :meth:`FaultyStore.restart`, and by the calls in
+    flight at the moment of the crash. A ``BaseException``, like
+    ``KeyboardInterrupt``: ``except Exception`` in workflow or step code
+    cannot swallow it, so the run stops where a real crash would stop it.
+
+    What was stored before the crash stays stored (and a write that was in
+    the inner store when the crash came may have landed); resuming from a
+    new engine is safe, and is what the crash test should do next.
+    """
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Call:
+    """One call to a :class:`FaultyStore`, as a fault sees it."""
+
+    store: FaultyStore  #: the FaultyStore called (its ``inner`` is the wrapped store)
+    method: str  #: the store method, e.g. ``"append"``
+    n: int  #: which call of *method* this is, counted from 1 (a restart keeps counting)
+    args: tuple[Any, ...]  #: the call's arguments (for ``append``: ``run_id, entries``)
+    after: bool  #: the fault applies after the inner call returned (the write landed)
+
+
+@runtime_checkable
+class Fault(Protocol):
+    """What :meth:`FaultyStore.inject` takes: an object with an async ``apply``.
+
+    ``apply(call)`` runs before the inner call (or, with ``inject(...,
+    after=True)``, after it returned). Returning lets the call go on;
+    raising fails the call with that exception. A fault that waits should use
+    :meth:`FaultyStore.sleep` or :meth:`FaultyStore.sleep_forever` (through
+    ``call.store``), so that a crash of the store wakes it.
+    """
+
+    async def apply(self, call: Call) -> None:
+        """Act on *call*: wait, raise, record, crash the store, or nothing."""
+
 
 @final
 @attrs.frozen
 class Delay:
-    """Sleep *seconds* (a checkpoint: cancellable), then make the call."""
+    """Sleep *seconds*, then let the call go on (a slow store, or a slow acknowledgement).
+
+    The sleep is a checkpoint: cancellable. A crash of the store during it
+    raises :class:`SimulatedCrash`.
+    """
 
     seconds: float
 
-    async def apply(self, method: str, n: int) -> None:
-        await trio.sleep(self.seconds)
+    async def apply(self, call: Call) -> None:
+        """Sleep with :meth:`FaultyStore.sleep`."""
+        await call.store.sleep(self.seconds)
 
 
 @final
 @attrs.frozen
 class Hang:
-    """Never return (until cancelled); the call is not made."""
+    """Never return (a hung store, or an acknowledgement that never comes).
 
-    async def apply(self, method: str, n: int) -> None:
-        await trio.sleep_forever()
+    Cancellable; a crash of the store wakes it with :class:`SimulatedCrash`.
+    Before the call, the inner store is not called.
+    """
+
+    async def apply(self, call: Call) -> None:
+        """Wait with :meth:`FaultyStore.sleep_forever`."""
+        await call.store.sleep_forever()
 
 
 @final
 @attrs.frozen
 class Raise:
-    """Raise an exception instead of making the call (a ``StoreError`` by default)."""
+    """Fail the call: raise ``error()``, by default a ``StoreError`` naming the call.
+
+    Before the call, the inner store is not called. After it (``inject(...,
+    after=True)``), the write landed but the caller sees an error: an
+    *unclear failure*, after which a retry must not store twice.
+    """
 
     error: Callable[[], BaseException] | None = None
 
-    async def apply(self, method: str, n: int) -> None:
+    async def apply(self, call: Call) -> None:
+        """A checkpoint, then the exception."""
         await trio.lowlevel.checkpoint()
         if self.error is not None:
             raise self.error()
-        raise StoreError(f"injected failure of {method} call #{n}")
+        if call.after:
+            raise StoreError(
+                f"injected failure of {call.method} call #{call.n} after the inner store "
+                "returned (the write landed)"
+            )
+        raise StoreError(f"injected failure of {call.method} call #{call.n}")
 
 
-Fault = Delay | Hang | Raise
+@final
+@attrs.frozen
+class Crash:
+    """Crash the store at this call: it raises :class:`SimulatedCrash`, as every later call does.
+
+    Before the call, the inner store is not called; after it
+    (``inject(..., after=True)``) the write landed and the process died before
+    answering. See :class:`FaultyStore` for what a crashed store does.
+
+    With ``torn=True`` (``append`` and ``update_run``, before the call only),
+    the crash comes in the middle of the write: the inner store is left as a
+    real crash there would leave it, half a temporary file on disk for a
+    :class:`~tether.FileStore`. Only stores that can simulate it support
+    it; :meth:`FaultyStore.inject` refuses the others.
+    """
+
+    torn: bool = False
+
+    async def apply(self, call: Call) -> None:
+        """Crash ``call.store`` (tearing the write first if asked), then raise."""
+        where = f"at {call.method} call #{call.n}"
+        if call.after:
+            where += ", after the inner store returned (the write landed)"
+        if self.torn:
+            if call.after:
+                raise UsageError(_TORN_AFTER)
+            tear = _torn_writer(call.store.inner, call.method)
+            where += ", in the middle of its write (torn)"
+            try:
+                tear(*call.args)
+            finally:
+                call.store._crash(where)
+        else:
+            call.store._crash(where)
+        # A schedule point, never a cancel point: the crash is what this call reports.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        raise SimulatedCrash(f"simulated crash of {call.store!r} {where}; {_AFTERWARDS}")
+
+
+@final
+@attrs.frozen
+class Do:
+    """Await ``afn(call)``: a fault of your own.
+
+    *afn* may sleep (use ``call.store.sleep`` so that a crash wakes it),
+    raise to fail the call, record what it sees (``call.args``, or the inner
+    store's state through ``call.store.inner``), or crash the store with
+    ``call.store.crash()``, after which the call raises
+    :class:`SimulatedCrash`. Returning normally lets the call go on.
+    """
+
+    afn: Callable[[Call], Awaitable[None]]
+
+    async def apply(self, call: Call) -> None:
+        """Await ``afn(call)``."""
+        await self.afn(call)
+
+
+def _torn_writer(store: object, method: str) -> Callable[..., None]:
+    """The torn-write simulation for *method* of *store* or a store it wraps (``.inner``).
+
+    Raises:
+        UsageError: *method* has no torn form, or no store in the chain supports it.
+    """
+    name = _TORN.get(method)
+    if name is None:
+        raise UsageError(
+            f"Crash(torn=True) applies to append and update_run, not {method}: torn "
+            f"writes are simulated for those two only; crash {method} with Crash()"
+        )
+    seen: set[int] = set()
+    node: object = store
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        writer = getattr(node, name, None)
+        if callable(writer):
+            return writer  # type: ignore[no-any-return]
+        node = getattr(node, "inner", None)
+    # SQLite's real crash behaviour is tested by SIGKILLing a writer (tests/test_crash.py).
+    raise UsageError(
+        f"Crash(torn=True) needs a store that can simulate a torn {method}, and {store!r} "
+        "(with the stores it wraps) cannot. FileStore can: a crash in the middle of its "
+        "write leaves half a temporary file. MemoryStore writes are atomic within the "
+        "process, and SQLiteStore rolls back an uncommitted transaction, so a torn write "
+        "there is the same as no write: use Crash() for those."
+    )
+
+
+@attrs.define(eq=False)
+class _Life:
+    """One life of the store's process: ends with a crash (or a restart)."""
+
+    ended: trio.Event = attrs.field(factory=trio.Event)
+    cause: str | None = None  # where it crashed, once it has
+
+    def end(self, cause: str) -> None:
+        if self.cause is None:
+            self.cause = cause
+            self.ended.set()
+
+    def dead(self, what: str) -> SimulatedCrash:
+        """The error for *what* (a call, or a wait) on this ended life."""
+        return SimulatedCrash(f"{what}: the store crashed {self.cause}; {_AFTERWARDS}")
+
+
+#: The call whose fault is being applied in this task (names it in a woken wait's error).
+_applying: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tether.testing._applying", default=None
+)
+
+
+def _waiter() -> str:
+    return _applying.get() or "a store.sleep() outside any call"
 
 
 @attrs.define
@@ -71,28 +303,65 @@ class _Rule:
     at: frozenset[int] | None
     when: Callable[..., bool] | None
     times: float
+    after: bool
+
+
+def _check_count(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"inject(): {name} must be an int, not {value!r}")
+    return value
 
 
 @final
 class FaultyStore:
     """Wrap *inner* and inject faults into the calls chosen with :meth:`inject`.
 
-    Calls are counted per method, from 1, in :attr:`calls`. The first rule
-    that matches a call applies; a call no rule matches goes straight to the
-    inner store. Fault injection happens *before* the inner call, so an
-    injected failure or hang means the inner store was not written.
+    Calls are counted per method, from 1, in :attr:`calls` (a
+    ``collections.Counter``). Before each call, the first rule that matches
+    it (method, ``at``, ``when``, ``times``, ``after=False``) applies its
+    fault; then the inner store is called; then the first matching
+    ``after=True`` rule applies. A call no rule matches goes straight to the
+    inner store.
 
     >>> store = FaultyStore(MemoryStore())
     >>> store.inject("append", Hang(), at=2)   # the second append hangs forever
+    >>> store.inject("append", Crash(), at=5)  # the process dies at the fifth
+
+    **Crashes.** A :class:`Crash` fault, or :meth:`crash`, marks the store
+    :attr:`crashed`. From then on nothing reaches the inner store:
+
+    - every call raises :class:`SimulatedCrash` (after a checkpoint), except
+      :meth:`close`, which closes the inner store, as the OS releases a dead
+      process's files, and returns, so that ``async with open_engine(store)``
+      can exit;
+    - calls waiting in a fault (:class:`Delay`, :class:`Hang`,
+      :meth:`sleep`) wake at once with :class:`SimulatedCrash`;
+    - calls inside the inner store finish there (the write may land) and
+      then raise :class:`SimulatedCrash` instead of returning, as after a real
+      crash: the caller never hears back.
+
+    To resume, open a new engine on :attr:`inner` (a new process on the same
+    storage), or :meth:`restart` this store and open a new engine on it.
+
+    Every method is a checkpoint (the inner store's methods are). Cancellation
+    reaches a fault's wait and the inner call as it would without the
+    wrapper. Each raises what its fault or the inner store raises, and
+    :class:`SimulatedCrash` as above.
     """
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.calls: Counter[str] = Counter()
         self._rules: list[_Rule] = []
+        self._life = _Life()
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r})"
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the store has crashed (and not restarted since)."""
+        return self._life.cause is not None
 
     def inject(
         self,
@@ -102,44 +371,199 @@ class FaultyStore:
         at: int | Sequence[int] | None = None,
         when: Callable[..., bool] | None = None,
         times: int | None = None,
+        after: bool = False,
     ) -> None:
         """Apply *fault* to calls of *method*.
 
         Args:
+            method: one of ``open``, ``close``, ``create_run``, ``update_run``,
+                ``get_run``, ``list_runs``, ``append``, ``load_entries``.
+            fault: a :class:`Fault`: an object with ``async def apply(call)``.
             at: call number(s) of *method*, counted from 1; default every call.
-            when: a predicate called with the call's arguments; the fault
-                applies only where it returns true.
+            when: a predicate called with the call's arguments (for
+                ``append``: ``run_id, entries``); the fault applies only where
+                it returns true.
             times: apply at most this many times (default: no limit).
+            after: apply after the inner call returned instead of before:
+                ``Raise`` is then an unclear failure (stored, but the caller
+                sees an error), ``Crash`` a crash right after the write,
+                ``Delay`` and ``Hang`` a slow or lost acknowledgement.
+
+        Raises:
+            ValueError: an unknown *method*, an ``at`` below 1, a negative *times*.
+            TypeError: *fault* has no ``apply`` method, or another argument
+                has the wrong type.
+            UsageError: a ``Crash(torn=True)`` for a method without a torn form,
+                with ``after=True``, or on a store that cannot simulate it.
         """
         if method not in _METHODS:
             raise ValueError(f"unknown store method {method!r}; one of {', '.join(_METHODS)}")
-        calls = None if at is None else frozenset([at] if isinstance(at, int) else at)
-        self._rules.append(_Rule(method, fault, calls, when, math.inf if times is None else times))
+        if not callable(getattr(fault, "apply", None)):
+            raise TypeError(
+                f"inject(): {fault!r} is not a fault; pass Delay, Hang, Raise, Crash, Do, "
+                "or an object with `async def apply(self, call)`"
+            )
+        if at is None:
+            calls = None
+        else:
+            numbers = list(at) if isinstance(at, Iterable) and not isinstance(at, str) else [at]
+            calls = frozenset(_check_count(a, "at") for a in numbers)
+            if not calls or min(calls) < 1:
+                raise ValueError(f"inject(): at must be call numbers counted from 1, not {at!r}")
+        if when is not None and not callable(when):
+            raise TypeError(f"inject(): when must be a predicate (a callable), not {when!r}")
+        if times is not None and _check_count(times, "times") < 0:
+            raise ValueError(f"inject(): times must be 0 or more, not {times!r}")
+        if not isinstance(after, bool):
+            raise TypeError(f"inject(): after must be True or False, not {after!r}")
+        if isinstance(fault, Crash) and fault.torn:
+            if after:
+                raise UsageError(_TORN_AFTER)
+            _torn_writer(self.inner, method)
+        self._rules.append(
+            _Rule(method, fault, calls, when, math.inf if times is None else times, after)
+        )
 
     def clear(self) -> None:
         """Remove every rule (call counts stay)."""
         self._rules.clear()
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        self.calls[method] += 1
-        n = self.calls[method]
+    def crash(self) -> None:
+        """Crash the store now, from outside any call (a test, another task).
+
+        Not a checkpoint. Calls waiting in faults wake with
+        :class:`SimulatedCrash`; see the class doc for the rest. Crashing a
+        crashed store changes nothing.
+        """
+        self._life.end("by FaultyStore.crash()")
+
+    def restart(self) -> None:
+        """The process came back: the store is no longer crashed, and has no rules.
+
+        Call counts stay. Re-open the store by opening a new engine on it;
+        the engine that saw the crash should have exited (its ``close()``
+        closed the inner store). Restarting a store that has not crashed
+        crashes it first: calls still in flight belong to the old process
+        and raise :class:`SimulatedCrash`.
+        """
+        self._life.end("before FaultyStore.restart()")
+        self._life = _Life()
+        self._rules.clear()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep *seconds*, or until the store crashes; for faults that wait.
+
+        A checkpoint; cancellable like ``trio.sleep``.
+
+        Raises:
+            SimulatedCrash: the store crashed before or during the sleep.
+        """
+        life = self._life
+        with trio.move_on_after(seconds):
+            await life.ended.wait()
+        if life.cause is not None:
+            raise life.dead(f"{_waiter()} was waiting")
+
+    async def sleep_forever(self) -> None:
+        """Wait until the store crashes; for faults that hang.
+
+        A checkpoint; cancellable like ``trio.sleep_forever``.
+
+        Raises:
+            SimulatedCrash: the store crashed (it never returns otherwise).
+        """
+        life = self._life
+        await life.ended.wait()
+        raise life.dead(f"{_waiter()} was hanging")
+
+    def _crash(self, where: str) -> None:
+        self._life.end(where)
+
+    def _rule(self, method: str, n: int, args: tuple[Any, ...], after: bool) -> _Rule | None:
         for rule in self._rules:
             if (
                 rule.method == method
+                and rule.after is after
                 and rule.times > 0
                 and (rule.at is None or n in rule.at)
                 and (rule.when is None or rule.when(*args))
             ):
                 rule.times -= 1
-                await rule.fault.apply(method, n)
-                break
-        return await getattr(self.inner, method)(*args)
+                return rule
+        return None
+
+    async def _apply(self, rule: _Rule, call: Call) -> None:
+        token = _applying.set(f"{call.method} call #{call.n}" + (" (after)" if call.after else ""))
+        try:
+            await rule.fault.apply(call)
+        finally:
+            _applying.reset(token)
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        return await self._call_with(method, getattr(self.inner, method), *args)
+
+    async def _call_with(
+        self, method: str, target: Callable[..., Awaitable[Any]], *args: Any
+    ) -> Any:
+        self.calls[method] += 1
+        n = self.calls[method]
+        what = f"{method} call #{n}"
+        life = self._life
+        if life.cause is not None:
+            await trio.lowlevel.checkpoint()
+            raise life.dead(what)
+        rule = self._rule(method, n, args, after=False)
+        if rule is not None:
+            await self._apply(rule, Call(store=self, method=method, n=n, args=args, after=False))
+        if life.cause is not None:  # a fault (a Do) crashed the store, or a task did meanwhile
+            raise life.dead(what)
+        try:
+            result = await target(*args)
+        except Exception as exc:
+            if life.cause is not None:  # a dead process reports nothing
+                raise life.dead(f"{what} was in the inner store") from exc
+            raise
+        if life.cause is not None:
+            raise life.dead(f"{what} returned from the inner store (the write may have landed)")
+        rule = self._rule(method, n, args, after=True)
+        if rule is not None:
+            await self._apply(rule, Call(store=self, method=method, n=n, args=args, after=True))
+            if life.cause is not None:
+                raise life.dead(f"{what} (the inner store had returned)")
+        return result
 
     async def open(self) -> None:
+        """Open the inner store (faults permitting).
+
+        Raises:
+            SimulatedCrash: the store has crashed (:meth:`restart` it first).
+        """
         await self._call("open")
 
     async def close(self) -> None:
-        await self._call("close")
+        """Close the inner store (faults permitting); never raises :class:`SimulatedCrash`.
+
+        On a crashed store, or one that crashes during this call, the inner
+        store is closed (once), as the OS releases a dead process's files,
+        and the call returns normally.
+        """
+        if self._life.cause is not None:
+            self.calls["close"] += 1
+            await self.inner.close()
+            return
+        closing = self.inner.close
+        closed = False
+
+        async def close_once() -> None:
+            nonlocal closed
+            closed = True
+            await closing()
+
+        try:
+            await self._call_with("close", close_once)
+        except SimulatedCrash:
+            if not closed:
+                await closing()
 
     async def create_run(self, record: RunRecord) -> None:
         await self._call("create_run", record)
