@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,27 +8,13 @@ import pytest
 import tether
 from tether.stores import Store
 from tether.testing import ClockHoldingStore
+from tether.testing.pytest_plugin import STORE_KINDS as PLUGIN_KINDS
+from tether.testing.pytest_plugin import make_store as make_store
+
+pytest_plugins = ["pytester"]
 
 #: Every built-in store; engine tests taking ``store`` run once per kind.
-STORE_KINDS = ["memory", "sqlite", "file"]
-
-_fresh = itertools.count()
-
-
-def make_store(kind: str, directory: Path) -> Store:
-    """A fresh, unopened store of *kind* on a new location under *directory*.
-
-    Thread-backed stores run with ``synchronous="normal"`` (SQLite) for speed;
-    the durable defaults are exercised by tests/test_stores.py.
-    """
-    n = next(_fresh)
-    if kind == "memory":
-        return tether.MemoryStore()
-    if kind == "sqlite":
-        return tether.SQLiteStore(directory / f"store-{n}.db", synchronous="normal")
-    if kind == "file":
-        return tether.FileStore(directory / f"store-{n}")
-    raise AssertionError(kind)
+STORE_KINDS = list(PLUGIN_KINDS)
 
 
 def reopen_store(store: Store) -> Store:

@@ -153,7 +153,7 @@ def test_every_python_block_is_checked(page: Path) -> None:
     name = page_id(page)
     if name in PAIRED or name == EXECUTED:
         return  # checked by their own tests
-    sources = [p.read_text(encoding="utf-8") for p in sorted(EXAMPLES.glob("*.py"))]
+    sources = [p.read_text(encoding="utf-8") for p in sorted(EXAMPLES.rglob("*.py"))]
     for block in python_blocks(page):
         assert any(block.text in s for s in sources), (
             f"{name}:{block.line}: this block is in no file under examples/:\n{block.text}"

@@ -14,6 +14,7 @@ from ._engine import open_engine as open_engine
 from ._errors import CheckpointCorruptError as CheckpointCorruptError
 from ._errors import CodecError as CodecError
 from ._errors import InvalidResponseError as InvalidResponseError
+from ._errors import InvariantViolation as InvariantViolation
 from ._errors import NonDeterminismError as NonDeterminismError
 from ._errors import NotInRunError as NotInRunError
 from ._errors import RunConflictError as RunConflictError
@@ -23,6 +24,7 @@ from ._errors import StoreError as StoreError
 from ._errors import StreamClosed as StreamClosed
 from ._errors import TetherError as TetherError
 from ._errors import UnknownRequestError as UnknownRequestError
+from ._errors import UnsupportedTrioError as UnsupportedTrioError
 from ._errors import UsageError as UsageError
 from ._errors import WorkflowNotFoundError as WorkflowNotFoundError
 from ._events import CheckpointStored as CheckpointStored
@@ -64,6 +66,7 @@ __all__ = (
     "Handle",
     "HookEvent",
     "InvalidResponseError",
+    "InvariantViolation",
     "LiveRun",
     "MemoryStore",
     "NonDeterminismError",
@@ -92,6 +95,7 @@ __all__ = (
     "StreamStep",
     "TetherError",
     "UnknownRequestError",
+    "UnsupportedTrioError",
     "UsageError",
     "Workflow",
     "WorkflowNotFoundError",

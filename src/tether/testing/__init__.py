@@ -1,4 +1,15 @@
-"""Tools for testing workflows and stores deterministically."""
+"""Tools for testing workflows and stores deterministically.
+
+- :func:`run_deterministic`, :func:`seeded_schedule`, :class:`ScheduleTrace`:
+  virtual time and a seeded, reproducible trio schedule.
+- :class:`FaultyStore` with :class:`Delay`, :class:`Hang`, :class:`Raise`,
+  :class:`Crash` and :class:`Do`: faults at chosen store calls.
+- :func:`explore` (and :class:`Explorer`): a fault at every interleaving
+  point of a workflow, then resume and check tether's invariants.
+- :func:`check_store`: the conformance checks for a store implementation.
+- The pytest plugin (:mod:`tether.testing.pytest_plugin`), loaded by pytest
+  automatically: store and engine fixtures, seeded tests, the explorer.
+"""
 
 from ._clock import ClockHoldingStore as ClockHoldingStore
 from ._conformance import CHECKS as CHECKS
@@ -8,24 +19,54 @@ from ._conformance import Reopener as Reopener
 from ._conformance import StoreConformanceError as StoreConformanceError
 from ._conformance import StoreFactory as StoreFactory
 from ._conformance import check_store as check_store
+from ._deterministic import SUPPORTED_TRIO as SUPPORTED_TRIO
+from ._deterministic import ScheduleTrace as ScheduleTrace
+from ._deterministic import run_deterministic as run_deterministic
+from ._deterministic import seeded_schedule as seeded_schedule
+from ._explore import FAULT_KINDS as FAULT_KINDS
+from ._explore import Exploration as Exploration
+from ._explore import Explorer as Explorer
+from ._explore import FaultPlan as FaultPlan
+from ._explore import InjectedFailure as InjectedFailure
+from ._explore import Injection as Injection
+from ._explore import explore as explore
+from ._faulty import Call as Call
+from ._faulty import Crash as Crash
 from ._faulty import Delay as Delay
+from ._faulty import Do as Do
 from ._faulty import Fault as Fault
 from ._faulty import FaultyStore as FaultyStore
 from ._faulty import Hang as Hang
 from ._faulty import Raise as Raise
+from ._faulty import SimulatedCrash as SimulatedCrash
 
 __all__ = (
     "CHECKS",
+    "FAULT_KINDS",
+    "SUPPORTED_TRIO",
+    "Call",
     "ClockHoldingStore",
     "ConformanceResult",
     "Corrupter",
+    "Crash",
     "Delay",
+    "Do",
+    "Exploration",
+    "Explorer",
     "Fault",
+    "FaultPlan",
     "FaultyStore",
     "Hang",
+    "InjectedFailure",
+    "Injection",
     "Raise",
     "Reopener",
+    "ScheduleTrace",
+    "SimulatedCrash",
     "StoreConformanceError",
     "StoreFactory",
     "check_store",
+    "explore",
+    "run_deterministic",
+    "seeded_schedule",
 )

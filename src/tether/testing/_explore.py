@@ -1,0 +1,896 @@
+"""The explorer: inject one fault at every interleaving point of a workflow, resume, check.
+
+A *trial* runs a workflow under a seeded schedule and virtual time
+(:func:`run_deterministic`) on a fresh store, injects the faults of a
+:class:`FaultPlan` at chosen points, then resumes the run on the same store
+until it finishes, and checks the invariants tether promises:
+
+(a) no step whose record was stored runs again;
+(b) a caller's cancellation (or deadline) returns exactly when it fires, in
+    virtual time, even while a save is held or the store hangs;
+(c) no stored record is lost, and a sibling's failure never discards the
+    save of a step that completed;
+(d) the final outcome equals the uninterrupted run's (under every seed);
+(e) no task outlives ``engine.run`` and no coroutine is left unawaited.
+
+Interleaving points are named by what happens there:
+
+``start:KEY``
+    a step (or stream step) starts executing (not on replay);
+``save:KEY``
+    the append of KEY's journal entry begins (``save:K1+K2`` for a batch of
+    responses);
+``stored:KEY``
+    that append returned from the store: the entry is stored, the engine
+    does not know it yet;
+``record:STATUS``
+    the run record is written (``record:created``, ``record:running``,
+    ``record:completed``, ``record:failed``, ``record:paused``).
+
+A point reached a second time in the same execution gets ``~2``, and so on.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import trio
+
+from .._errors import InvariantViolation, StoreError, UsageError
+from .._events import RunEvent, StepStarted, current_observer
+from .._requests import Paused, Request, request_from_json
+from .._workflow import Workflow
+from ..stores._memory import MemoryStore
+from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store
+from ._clock import ClockHoldingStore
+from ._deterministic import run_deterministic
+from ._faulty import Call, Crash, Do, FaultyStore, SimulatedCrash, _torn_writer
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+__all__ = (
+    "FAULT_KINDS",
+    "Exploration",
+    "Explorer",
+    "FaultPlan",
+    "InjectedFailure",
+    "Injection",
+    "explore",
+)
+
+#: Every kind of fault the explorer injects.
+FAULT_KINDS: Final = ("cancel", "fail", "store_error", "hang", "crash")
+
+#: Which kinds apply at which kind of point.
+_KINDS_AT: Final = {
+    "start": ("cancel", "fail", "crash"),
+    "save": ("cancel", "fail", "store_error", "hang", "crash"),
+    "stored": ("cancel", "fail", "store_error", "crash"),
+    "record": ("cancel", "store_error", "hang", "crash"),
+}
+
+_RUN_ID: Final = "explored"
+_WRITES: Final = ("create_run", "update_run", "append")
+#: Executions a trial may take beyond its plan (pauses answered one by one).
+_EXTRA_EXECUTIONS: Final = 20
+
+
+class InjectedFailure(Exception):
+    """The failure the explorer injects (``fail`` faults)."""
+
+
+@final
+@attrs.frozen
+class Injection:
+    """One fault at one point: ``kind@point``, e.g. ``crash@save:charge#0``."""
+
+    kind: str = attrs.field()
+    at: str
+
+    @kind.validator
+    def _check_kind(self, _: object, kind: str) -> None:
+        if kind not in FAULT_KINDS:
+            raise UsageError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.at}"
+
+    @classmethod
+    def parse(cls, text: str) -> Injection:
+        """``"crash@save:charge#0"`` → ``Injection("crash", "save:charge#0")``."""
+        kind, sep, at = text.partition("@")
+        if not sep or not at:
+            raise UsageError(
+                f"a fault is written kind@point, like 'crash@save:charge#0', not {text!r}"
+            )
+        return cls(kind, at)
+
+
+@final
+@attrs.frozen
+class FaultPlan:
+    """What one trial does: a seed, and at most one fault per execution.
+
+    ``injections[0]`` applies to the first ``engine.run``, ``injections[1]``
+    to the first resume, and so on (``None``: no fault in that execution);
+    after the last, the run is resumed without faults until it finishes.
+    """
+
+    seed: int
+    injections: tuple[Injection | None, ...]
+
+    def __str__(self) -> str:
+        faults = " then ".join("-" if i is None else str(i) for i in self.injections)
+        return f"seed {self.seed}: {faults or 'no fault'}"
+
+    @property
+    def faults(self) -> str:
+        """The plan's faults as ``explore(faults=[...])`` takes them."""
+        return " then ".join("-" if i is None else str(i) for i in self.injections)
+
+    @classmethod
+    def parse(cls, seed: int, text: str) -> FaultPlan:
+        """``FaultPlan.parse(3, "crash@save:a#0 then cancel@start:b#0")``; ``-`` skips one."""
+        injections = tuple(
+            None if part.strip() == "-" else Injection.parse(part.strip())
+            for part in text.split(" then ")
+        )
+        return cls(seed, injections)
+
+
+@final
+@attrs.frozen
+class Exploration:
+    """What :func:`explore` did: no invariant was broken in any of these trials."""
+
+    trials: int  #: trials run
+    points: Mapping[int, tuple[str, ...]]  #: per seed, the points of the uninterrupted run
+    outcome: str  #: the uninterrupted run's outcome, described
+
+    def __str__(self) -> str:
+        n = max((len(p) for p in self.points.values()), default=0)
+        return (
+            f"{self.trials} trials over {len(self.points)} seeds and up to {n} points: "
+            f"no invariant broken; outcome {self.outcome}"
+        )
+
+
+# -- outcomes -------------------------------------------------------------------
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _describe_error(exc: BaseException) -> str:
+    leaves = sorted(f"{type(e).__qualname__}: {e}" for e in _leaves(exc))
+    return f"raised {'; '.join(leaves)}"
+
+
+@attrs.frozen
+class _Outcome:
+    """An execution's outcome, comparable across trials."""
+
+    kind: str  # "value", "error", "paused", "cancelled", "crashed"
+    value: Any = None
+    text: str = ""
+
+    def same_as(self, other: _Outcome) -> bool:
+        if self.kind != other.kind:
+            return False
+        if self.kind == "value":
+            return bool(self.value == other.value)
+        return self.text == other.text
+
+    def __str__(self) -> str:
+        return f"returned {self.value!r}" if self.kind == "value" else self.text
+
+
+def _split_crash(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(SimulatedCrash)
+    return (exc, None) if isinstance(exc, SimulatedCrash) else (None, exc)
+
+
+# -- one trial --------------------------------------------------------------------
+
+
+@attrs.define
+class _Execution:
+    index: int
+    injection: Injection | None
+    points: list[str] = attrs.field(factory=list)
+    started: list[str] = attrs.field(factory=list)  # step keys executed (not replayed)
+    begun: dict[str, int] = attrs.field(factory=dict)  # appends begun, by label
+    landed: dict[str, int] = attrs.field(factory=dict)  # ...and that reached the store
+    fired_at: float | None = None  # when the injection fired (virtual time)
+    deadline: float | None = None  # the caller deadline a hang set
+    occurrences: dict[str, int] = attrs.field(factory=dict)
+    outcome: _Outcome | None = None
+    returned_at: float = 0.0
+    leftover: list[str] = attrs.field(factory=list)  # tasks alive after engine.run returned
+
+    def point(self, label: str) -> str:
+        n = self.occurrences.get(label, 0) + 1
+        self.occurrences[label] = n
+        name = label if n == 1 else f"{label}~{n}"
+        self.points.append(name)
+        return name
+
+
+@final
+class _Tasks(trio.abc.Instrument):
+    """Tasks spawned while an execution is being watched, and not exited yet."""
+
+    def __init__(self) -> None:
+        self.watching = False
+        self.alive: dict[trio.lowlevel.Task, None] = {}
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        if self.watching:
+            self.alive[task] = None
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        self.alive.pop(task, None)
+
+
+def _label(method: str, args: tuple[Any, ...]) -> str:
+    if method == "append":
+        entries: Sequence[Entry] = args[1]
+        return "save:" + "+".join(e.key for e in entries)
+    if method == "create_run":
+        return "record:created"
+    record: RunRecord = args[0]
+    return f"record:{record.status.value}"
+
+
+def _can_tear(store: Store) -> bool:
+    try:
+        _torn_writer(store, "append")
+    except UsageError:
+        return False
+    return True
+
+
+def _completed_keys(entries: Sequence[Entry]) -> dict[str, int]:
+    return {
+        e.key: e.seq or 0
+        for e in entries
+        if e.status is EntryStatus.COMPLETED and e.kind in (EntryKind.STEP, EntryKind.STREAM)
+    }
+
+
+@final
+class _Trial:
+    """One trial: its store, its executions, and the injection machinery."""
+
+    def __init__(self, explorer: Explorer, plan: FaultPlan) -> None:
+        self.explorer = explorer
+        self.plan = plan
+        self.raw = explorer.store_factory()
+        self.faulty = FaultyStore(
+            self.raw if isinstance(self.raw, MemoryStore) else ClockHoldingStore(self.raw)
+        )
+        self.tasks = _Tasks()
+        self.executions: list[_Execution] = []
+        self.violations: list[str] = []
+        self.current: _Execution | None = None
+        self.caller: trio.CancelScope | None = None  # cancels engine.run: the caller
+        self.process: trio.CancelScope | None = None  # cancels everything: a crash
+        self.sabotage = trio.Event()
+        self.workflow = self._wrap(explorer.workflow)
+        self.torn = _can_tear(self.raw) if explorer.torn is None else explorer.torn
+        self._arm()
+
+    # -- the instrumented workflow ----------------------------------------------
+
+    def _wrap(self, inner: Workflow[..., Any]) -> Workflow[..., Any]:
+        """The workflow, run beside a saboteur task that fails when told to.
+
+        The saboteur is a sibling in the workflow task's own nursery: its
+        failure cancels the workflow as any failing sibling would
+        (framework-owned cancellation), while saves are in flight.
+        """
+        trial = self
+
+        async def explored(*args: Any) -> Any:
+            result: list[Any] = []
+            error: list[Exception] = []
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trial._saboteur, name="tether.explore saboteur")
+                try:
+                    result.append(await inner.fn(*args))
+                except Exception as exc:
+                    error.append(exc)
+                finally:
+                    nursery.cancel_scope.cancel()
+            if error:
+                raise error.pop()
+            return result[0]
+
+        return Workflow(explored, inner.name, inner.signature)
+
+    async def _saboteur(self) -> None:
+        await self.sabotage.wait()
+        raise InjectedFailure(f"a sibling failed ({self._describe_current()})")
+
+    def _describe_current(self) -> str:
+        assert self.current is not None and self.current.injection is not None
+        return f"injected: {self.current.injection}"
+
+    # -- injection ------------------------------------------------------------
+
+    def _arm(self) -> None:
+        for method in _WRITES:
+            self.faulty.inject(method, Do(self._before))
+            self.faulty.inject(method, Do(self._after), after=True)
+
+    def _matches(self, point: str) -> Injection | None:
+        ex = self.current
+        if ex is None or ex.injection is None or ex.fired_at is not None:
+            return None
+        inj = ex.injection
+        if inj.at == point:
+            ex.fired_at = trio.current_time()
+            return inj
+        return None
+
+    def _observe(self, event: RunEvent) -> None:
+        ex = self.current
+        if ex is None or not isinstance(event, StepStarted):
+            return
+        ex.started.append(event.key)
+        inj = self._matches(ex.point(f"start:{event.key}"))
+        if inj is None:
+            return
+        if inj.kind == "cancel":
+            self._cancel_caller()
+        elif inj.kind == "fail":
+            raise InjectedFailure(f"step {event.key} failed ({self._describe_current()})")
+        elif inj.kind == "crash":
+            self._crash()
+
+    async def _before(self, call: Call) -> None:
+        ex = self.current
+        if ex is None:
+            return
+        label = _label(call.method, call.args)
+        if call.method == "append":
+            ex.begun[label] = ex.begun.get(label, 0) + 1
+        inj = self._matches(ex.point(label))
+        if inj is None:
+            return
+        slow = self.explorer.slow
+        if inj.kind == "cancel":
+            # The caller cancels while this write is in flight.
+            self._cancel_caller()
+            await call.store.sleep(slow)
+        elif inj.kind == "fail":
+            # A sibling fails while this write is in flight.
+            self.sabotage.set()
+            await call.store.sleep(slow)
+        elif inj.kind == "store_error":
+            raise StoreError(f"injected store failure at {inj.at}")
+        elif inj.kind == "hang":
+            assert self.caller is not None
+            ex.deadline = trio.current_time() + self.explorer.deadline
+            self.caller.deadline = ex.deadline
+            await call.store.sleep_forever()
+        else:
+            assert inj.kind == "crash"
+            self._stop_process()
+            await Crash(torn=self.torn and call.method != "create_run").apply(call)
+
+    async def _after(self, call: Call) -> None:
+        ex = self.current
+        if ex is None:
+            return
+        label = _label(call.method, call.args)
+        if call.method == "append":
+            ex.landed[label] = ex.landed.get(label, 0) + 1
+            inj = self._matches(ex.point("stored:" + label.partition(":")[2]))
+        else:
+            inj = None
+        if inj is None:
+            return
+        if inj.kind == "cancel":
+            self._cancel_caller()
+        elif inj.kind == "fail":
+            self.sabotage.set()
+        elif inj.kind == "store_error":
+            raise StoreError(f"injected store failure after the write at {inj.at}")
+        else:
+            assert inj.kind == "crash"
+            self._stop_process()
+            await Crash().apply(call)
+
+    def _cancel_caller(self) -> None:
+        assert self.caller is not None
+        self.caller.cancel()
+
+    def _crash(self) -> None:
+        self.faulty.crash()
+        self._stop_process()
+
+    def _stop_process(self) -> None:
+        # The process dies: nothing of this execution runs on.
+        assert self.process is not None
+        self.process.cancel()
+
+    # -- executions -------------------------------------------------------------
+
+    async def _stored(self) -> tuple[RunRecord | None, tuple[Entry, ...]]:
+        record = await self.raw.get_run(_RUN_ID)
+        entries = tuple(await self.raw.load_entries(_RUN_ID)) if record is not None else ()
+        return record, entries
+
+    async def run(self) -> list[_Execution]:
+        from .._engine import Engine
+
+        explorer = self.explorer
+        await self.raw.open()
+        try:
+            limit = len(self.plan.injections) + _EXTRA_EXECUTIONS
+            for index in range(limit):
+                injection = (
+                    self.plan.injections[index] if index < len(self.plan.injections) else None
+                )
+                if self.faulty.crashed:
+                    self.faulty.restart()  # a new process, on the same storage
+                    self._arm()
+                self.sabotage = trio.Event()
+                record, before = await self._stored()
+                responses = None
+                if record is not None and record.status is RunStatus.PAUSED:
+                    requests = [request_from_json(text) for text in record.requests]
+                    responses = explorer.answer(requests)
+                ex = _Execution(index, injection)
+                self.executions.append(ex)
+                engine = Engine(self.faulty, hooks=(), save_timeout=explorer.save_timeout)
+                engine._workflows[self.workflow.name] = self.workflow
+                await self._execute(ex, engine, responses)
+                _, after = await self._stored()
+                self._check_execution(ex, before, after)
+                assert ex.outcome is not None
+                finished = ex.outcome.kind != "paused" and ex.fired_at is None
+                if finished and index >= len(self.plan.injections) - 1:
+                    return self.executions
+            self.violations.append(
+                f"the run did not finish within {limit} executions (it keeps pausing or failing "
+                "in a way a resume does not clear)"
+            )
+            return self.executions
+        finally:
+            await self.raw.close()
+
+    async def _execute(
+        self,
+        ex: _Execution,
+        engine: Any,
+        responses: dict[str, Any] | None,
+    ) -> None:
+        explorer = self.explorer
+        self.current = ex
+        outcome: _Outcome | None = None
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as process:
+                self.process = process
+                nursery.start_soon(self._watchdog, ex, process)
+                with trio.CancelScope() as caller:
+                    self.caller = caller
+                    current_observer.set(self._observe)
+                    self.tasks.watching = True
+                    try:
+                        if responses is not None:
+                            value = await engine.resume(_RUN_ID, responses)
+                        else:
+                            value = await engine.run(self.workflow, *explorer.args, run_id=_RUN_ID)
+                        outcome = _Outcome("value", value)
+                    except Paused as paused:
+                        keys = ", ".join(r.key for r in paused.requests)
+                        outcome = _Outcome("paused", paused.requests, f"paused on {keys}")
+                    except Exception as exc:
+                        outcome = _Outcome("error", text=_describe_error(exc))
+                    except BaseException as exc:
+                        # A write the crash reached outside the run's own
+                        # tasks raises SimulatedCrash; Cancelled (ours) goes on
+                        # to the scope that owns it.
+                        crash, rest = _split_crash(exc)
+                        if crash is None:
+                            raise
+                        outcome = _Outcome("crashed", text="crashed")
+                        if rest is not None:
+                            raise rest from None
+                    finally:
+                        # Synchronously, before anything else can run or exit.
+                        ex.returned_at = trio.current_time()
+                        self.tasks.watching = False
+                        ex.leftover = [t.name for t in self.tasks.alive]
+                        self.tasks.alive.clear()
+                        current_observer.set(None)
+                if caller.cancelled_caught:
+                    outcome = _Outcome("cancelled", text="cancelled by the caller")
+            if process.cancelled_caught or self.faulty.crashed:
+                outcome = _Outcome("crashed", text="crashed")
+            nursery.cancel_scope.cancel()
+        self.current = None
+        ex.outcome = outcome
+
+    async def _watchdog(self, ex: _Execution, process: trio.CancelScope) -> None:
+        await trio.sleep(self.explorer.limit)
+        self.violations.append(
+            f"execution {ex.index} did not return within {self.explorer.limit}s of virtual "
+            "time; the explorer crashed the store to stop it"
+        )
+        self.faulty.crash()
+        process.cancel()
+
+    # -- invariants -------------------------------------------------------------
+
+    def _check_execution(
+        self, ex: _Execution, before: tuple[Entry, ...], after: tuple[Entry, ...]
+    ) -> None:
+        where = f"execution {ex.index} ({'first run' if ex.index == 0 else 'resume'})"
+        # (a) nothing stored runs again
+        stored = _completed_keys(before)
+        for key in ex.started:
+            if key in stored:
+                self.violations.append(
+                    f"(a) step {key} ran again in {where}, though its record was stored "
+                    f"(seq {stored[key]}) before"
+                )
+        # (b) the caller's cancellation is exact
+        inj = ex.injection
+        if inj is not None and ex.fired_at is not None and inj.kind in ("cancel", "hang"):
+            due = ex.deadline if inj.kind == "hang" else ex.fired_at
+            assert due is not None
+            assert ex.outcome is not None
+            if ex.returned_at != due:
+                what = "deadline" if inj.kind == "hang" else "cancellation"
+                self.violations.append(
+                    f"(b) engine.run returned at t={ex.returned_at:g}, {ex.returned_at - due:g}s "
+                    f"of virtual time after the caller's {what} at t={due:g} ({where})"
+                )
+            elif ex.outcome.kind != "cancelled":
+                self.violations.append(
+                    f"(b) after the caller's cancellation engine.run {ex.outcome} ({where})"
+                )
+        # (c) nothing stored is lost...
+        kept = {e.seq: e for e in after}
+        for entry in before:
+            if kept.get(entry.seq) != entry:
+                self.violations.append(
+                    f"(c) entry seq {entry.seq} ({entry.key}) was stored before {where} and is "
+                    f"{'changed' if entry.seq in kept else 'gone'} after it"
+                )
+        # ...and a sibling's failure does not discard a completed step's save.
+        if inj is None or ex.fired_at is None or inj.kind == "fail":
+            for label, n in ex.begun.items():
+                if ex.landed.get(label, 0) < n:
+                    self.violations.append(
+                        f"(c) the {label} began in {where} and never reached the store, though "
+                        "the store worked and the caller did not cancel: a sibling's failure "
+                        "discarded a completed step's record"
+                    )
+        # (e) no task outlives the run
+        if ex.leftover:
+            self.violations.append(
+                f"(e) tasks outlived engine.run in {where}: {', '.join(ex.leftover)}"
+            )
+
+
+# -- the explorer -------------------------------------------------------------------
+
+
+@final
+class Explorer:
+    """Explores one workflow call; see :func:`explore` for the arguments.
+
+    Use it directly for Hypothesis (:meth:`plans`, :meth:`check`) or to list
+    a workflow's interleaving points (:meth:`points`).
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow[..., Any],
+        *args: Any,
+        store_factory: Callable[[], Store] = MemoryStore,
+        responses: Mapping[str, Any] | Callable[[Request], Any] | None = None,
+        deadline: float = 1.0,
+        slow: float = 1.0,
+        save_timeout: float = 30.0,
+        limit: float = 3600.0,
+        torn: bool | None = None,
+    ) -> None:
+        if not isinstance(workflow, Workflow):
+            raise UsageError(f"explore() takes a @tether.workflow, not {workflow!r}")
+        if not callable(store_factory):
+            raise UsageError(
+                f"store_factory must be a callable returning a new store, not {store_factory!r}"
+            )
+        for name, value in (("deadline", deadline), ("slow", slow), ("limit", limit)):
+            if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
+                raise UsageError(f"{name} must be a positive number of seconds, not {value!r}")
+        if not isinstance(save_timeout, int | float) or not save_timeout > 0:
+            raise UsageError(f"save_timeout must be a positive number, not {save_timeout!r}")
+        self.workflow = workflow
+        self.args = args
+        self.store_factory = store_factory
+        self.responses = responses
+        self.deadline = float(deadline)
+        self.slow = float(slow)
+        self.save_timeout = float(save_timeout)
+        self.limit = float(limit)
+        self.torn = torn
+        self._baselines: dict[int, list[_Execution]] = {}
+
+    def answer(self, requests: Sequence[Request]) -> dict[str, Any]:
+        """The responses to *requests*, from ``responses=``."""
+        given = self.responses
+        answers: dict[str, Any] = {}
+        for request in requests:
+            if callable(given):
+                answers[request.key] = given(request)
+            elif given is not None and request.key in given:
+                answers[request.key] = given[request.key]
+            else:
+                raise UsageError(
+                    f"the workflow asks {request.key} ({request.payload!r}, expecting "
+                    f"{request.response_type}); pass responses={{{request.key!r}: ...}} or a "
+                    "function of the request to explore()"
+                )
+        return answers
+
+    # -- trials ------------------------------------------------------------------
+
+    def _trial(self, plan: FaultPlan) -> tuple[_Trial, list[str]]:
+        trial = _Trial(self, plan)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_deterministic(trial.run, seed=plan.seed, instruments=[trial.tasks])
+            gc.collect()
+        unawaited = sorted(
+            {str(w.message) for w in caught if "was never awaited" in str(w.message)}
+        )
+        problems = list(trial.violations)
+        problems += [f"(e) {message}" for message in unawaited]
+        return trial, problems
+
+    def _baseline(self, seed: int) -> list[_Execution]:
+        if seed not in self._baselines:
+            trial, problems = self._trial(FaultPlan(seed, ()))
+            if problems:
+                self._raise(FaultPlan(seed, ()), problems, "the uninterrupted run")
+            self._baselines[seed] = trial.executions
+        return self._baselines[seed]
+
+    def points(self, seed: int = 0) -> tuple[tuple[str, ...], ...]:
+        """The interleaving points of the uninterrupted run under *seed*, per execution."""
+        return tuple(tuple(ex.points) for ex in self._baseline(seed))
+
+    def outcome(self, seed: int = 0) -> str:
+        """The uninterrupted run's final outcome under *seed*, described."""
+        final = self._baseline(seed)[-1].outcome
+        return str(final)
+
+    def check(self, plan: FaultPlan) -> None:
+        """Run one trial and raise :class:`InvariantViolation` if an invariant broke."""
+        if not isinstance(plan, FaultPlan):
+            raise UsageError(f"check() takes a FaultPlan, not {plan!r}")
+        reference = self._baseline(plan.seed)[-1].outcome
+        assert reference is not None
+        trial, problems = self._trial(plan)
+        final = trial.executions[-1].outcome if trial.executions else None
+        if final is not None and not final.same_as(reference) and not problems:
+            problems.append(
+                f"(d) the run's final outcome differs from the uninterrupted run's: it "
+                f"{final}, the uninterrupted run {reference}"
+            )
+        if problems:
+            self._raise(plan, problems, f"fault plan {plan}")
+
+    def plans_for(self, seed: int, kinds: Iterable[str] = FAULT_KINDS) -> list[FaultPlan]:
+        """Every single-fault plan for *seed*: each kind at each point of each execution."""
+        kinds = tuple(kinds)
+        plans = []
+        for index, points in enumerate(self.points(seed)):
+            for point in points:
+                for kind in _KINDS_AT[point.split(":")[0]]:
+                    if kind in kinds:
+                        plans.append(FaultPlan(seed, (None,) * index + (Injection(kind, point),)))
+        return plans
+
+    def plans(
+        self, *, seeds: SearchStrategy[int] | None = None, max_faults: int = 3
+    ) -> SearchStrategy[FaultPlan]:
+        """A Hypothesis strategy of fault plans (up to *max_faults* executions faulted).
+
+        Shrinks towards seed 0, fewer faults and earlier points.
+        """
+        from hypothesis import strategies as st
+
+        points = sorted({p for execution in self.points(0) for p in execution})
+        injection = st.builds(
+            Injection,
+            st.sampled_from(FAULT_KINDS),
+            st.sampled_from(points),
+        ).filter(lambda i: i.kind in _KINDS_AT[i.at.split(":")[0]])
+        return st.builds(
+            FaultPlan,
+            seeds if seeds is not None else st.integers(0, 2**16),
+            st.lists(st.none() | injection, min_size=1, max_size=max_faults).map(tuple),
+        )
+
+    def run(
+        self,
+        *,
+        seeds: int | Iterable[int] = 3,
+        faults: Iterable[str | Injection | FaultPlan] = FAULT_KINDS,
+    ) -> Exploration:
+        """Run every trial; raise :class:`InvariantViolation` at the first broken invariant."""
+        seed_list = _seeds(seeds)
+        kinds: list[str] = []
+        plans: list[FaultPlan] = []
+        for fault in faults if not isinstance(faults, str) else [faults]:
+            if isinstance(fault, FaultPlan):
+                plans.append(fault)
+            elif isinstance(fault, Injection):
+                plans += [FaultPlan(s, (fault,)) for s in seed_list]
+            elif isinstance(fault, str) and fault in FAULT_KINDS:
+                kinds.append(fault)
+            elif isinstance(fault, str):
+                plans += [FaultPlan.parse(s, fault) for s in seed_list]
+            else:
+                raise UsageError(
+                    f"faults= takes fault kinds ({', '.join(FAULT_KINDS)}), 'kind@point' "
+                    f"strings, Injections or FaultPlans, not {fault!r}"
+                )
+        reference = self._baseline(seed_list[0])[-1].outcome
+        assert reference is not None
+        for seed in seed_list:
+            outcome = self._baseline(seed)[-1].outcome
+            assert outcome is not None
+            if not outcome.same_as(reference):
+                self._raise(
+                    FaultPlan(seed, ()),
+                    [
+                        f"(d) the uninterrupted run {outcome} under seed {seed} but "
+                        f"{reference} under seed {seed_list[0]}: the outcome depends on the "
+                        "schedule"
+                    ],
+                    "the uninterrupted run",
+                    seeds=[seed_list[0], seed],
+                )
+            if kinds:
+                plans += self.plans_for(seed, kinds)
+        for plan in plans:
+            self.check(plan)
+        return Exploration(
+            trials=len(plans) + len(seed_list),
+            points={s: tuple(p for ex in self.points(s) for p in ex) for s in seed_list},
+            outcome=str(reference),
+        )
+
+    # -- reporting ---------------------------------------------------------------
+
+    def _repro(self, plan: FaultPlan, seeds: list[int]) -> str:
+        fn = self.workflow.fn
+        target = f"{fn.__module__}.{fn.__qualname__}"
+        args = "".join(f", {a!r}" for a in self.args)
+        extra = ""
+        if self.store_factory is not MemoryStore:
+            extra += ", store_factory=..."
+        if self.responses is not None:
+            extra += ", responses=..."
+        faults = f", faults=[{plan.faults!r}]" if plan.injections else ", faults=[]"
+        return f"tether.testing.explore({target}{args}, seeds={seeds!r}{faults}{extra})"
+
+    def _raise(
+        self, plan: FaultPlan, problems: list[str], what: str, seeds: list[int] | None = None
+    ) -> None:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise InvariantViolation(
+            f"workflow {self.workflow.name}: {what} broke an invariant:\n{lines}\n"
+            f"seed {plan.seed}, fault plan: {plan.faults or 'none'}\n"
+            f"reproduce: {self._repro(plan, seeds or [plan.seed])}",
+            plan,
+        )
+
+
+def _seeds(seeds: int | Iterable[int]) -> list[int]:
+    if isinstance(seeds, bool):
+        raise UsageError(f"seeds must be a count or an iterable of ints, not {seeds!r}")
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if not seed_list or not all(isinstance(s, int) and not isinstance(s, bool) for s in seed_list):
+        raise UsageError(
+            f"seeds must be a positive count or a non-empty list of ints, not {seeds!r}"
+        )
+    return seed_list
+
+
+def explore(
+    workflow: Workflow[..., Any],
+    *args: Any,
+    store_factory: Callable[[], Store] = MemoryStore,
+    seeds: int | Iterable[int] = 3,
+    faults: Iterable[str | Injection | FaultPlan] = FAULT_KINDS,
+    responses: Mapping[str, Any] | Callable[[Request], Any] | None = None,
+    deadline: float = 1.0,
+    slow: float = 1.0,
+    save_timeout: float = 30.0,
+    limit: float = 3600.0,
+    torn: bool | None = None,
+) -> Exploration:
+    """Inject faults at every interleaving point of ``workflow(*args)``; check the invariants.
+
+    For each seed, runs the workflow once uninterrupted (answering its
+    requests from *responses*) to learn its interleaving points, then runs
+    one trial per point and fault kind: a fresh store from *store_factory*,
+    the fault injected at that point, then resumes on the same store until
+    the run finishes. Each trial is a ``trio.run`` of its own under
+    :func:`run_deterministic` (virtual time, seeded schedule), so a trial is
+    reproducible from its seed and plan (exactly so with the default
+    :class:`MemoryStore`; thread-backed stores add real-time ordering).
+
+    A synchronous function: call it from a plain (not ``async``) test.
+
+    Fault kinds (``faults=``; or ``"kind@point"`` strings, or
+    :class:`FaultPlan`\\ s to replay one trial):
+
+    ``cancel``
+        the caller cancels engine.run at the point (at a write: while the
+        write is held *slow* seconds);
+    ``fail``
+        a step fails at its start; at a write, a sibling task fails while
+        the write is held *slow* seconds;
+    ``store_error``
+        the write raises :class:`tether.StoreError` (at ``stored:``: after
+        the entry was written, an unclear failure);
+    ``hang``
+        the write never returns; the caller's deadline is *deadline*
+        seconds later;
+    ``crash``
+        the process dies: the store takes no further writes (a torn write
+        where the store can simulate one, see *torn*) and the execution
+        stops; a new engine resumes on the same storage.
+
+    Args:
+        workflow: a ``@tether.workflow``; *args* are its arguments.
+        store_factory: makes a new, unopened store per trial. Default
+            :class:`MemoryStore` (fully reproducible).
+        seeds: how many seeds (0..n-1), or which.
+        responses: answers for :func:`tether.ask` requests: a mapping from
+            request key, or a function of the :class:`Request`.
+        deadline, slow: seconds of virtual time, see the kinds above.
+        save_timeout: the engine's ``save_timeout`` in trials.
+        limit: virtual seconds an execution may take before the explorer
+            declares it stuck.
+        torn: leave torn writes at crashes (default: if the store can).
+
+    Returns:
+        an :class:`Exploration` summary when no invariant broke.
+
+    Raises:
+        InvariantViolation: naming the invariant, the seed, the fault plan
+            and a one-line reproduction.
+    """
+    explorer = Explorer(
+        workflow,
+        *args,
+        store_factory=store_factory,
+        responses=responses,
+        deadline=deadline,
+        slow=slow,
+        save_timeout=save_timeout,
+        limit=limit,
+        torn=torn,
+    )
+    return explorer.run(seeds=seeds, faults=faults)
