@@ -336,6 +336,10 @@ def test_misuse_is_refused_with_a_clear_error() -> None:
         explore(shop.approve_refund, "o-2", 500)
     with pytest.raises(tether.UsageError, match="kind@point"):
         FaultPlan.parse(0, "crash")
+    with pytest.raises(tether.UsageError, match=r"never reaches the point 'save:chrage#0'"):
+        explore(shop.checkout, "o-1", faults=["crash@save:chrage#0"])
+    with pytest.raises(tether.UsageError, match=r"'fail' fault does not apply at 'record:created'"):
+        explore(shop.checkout, "o-1", faults=["fail@record:created"])
 
 
 def test_injected_failures_are_plain_exceptions() -> None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
+from .._engine import Engine
 from .._errors import InvariantViolation, StoreError, UsageError
 from .._events import RunEvent, StepStarted, current_observer
 from .._requests import Paused, Request, request_from_json
@@ -433,8 +434,6 @@ class _Trial:
         return record, entries
 
     async def run(self) -> list[_Execution]:
-        from .._engine import Engine
-
         explorer = self.explorer
         await self.raw.open()
         try:
@@ -474,7 +473,7 @@ class _Trial:
     async def _execute(
         self,
         ex: _Execution,
-        engine: Any,
+        engine: Engine,
         responses: dict[str, Any] | None,
     ) -> None:
         explorer = self.explorer
@@ -656,7 +655,7 @@ class Explorer:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             run_deterministic(trial.run, seed=plan.seed, instruments=[trial.tasks])
-            gc.collect()
+            gc.collect(1)  # young objects: the trial's; a full collection costs 20 ms
         unawaited = sorted(
             {str(w.message) for w in caught if "was never awaited" in str(w.message)}
         )
@@ -703,7 +702,7 @@ class Explorer:
         plans = []
         for index, points in enumerate(self.points(seed)):
             for point in points:
-                for kind in _KINDS_AT[point.split(":")[0]]:
+                for kind in _KINDS_AT[_kind_of(point)]:
                     if kind in kinds:
                         plans.append(FaultPlan(seed, (None,) * index + (Injection(kind, point),)))
         return plans
@@ -722,7 +721,7 @@ class Explorer:
             Injection,
             st.sampled_from(FAULT_KINDS),
             st.sampled_from(points),
-        ).filter(lambda i: i.kind in _KINDS_AT[i.at.split(":")[0]])
+        ).filter(lambda i: i.kind in _KINDS_AT[_kind_of(i.at)])
         return st.builds(
             FaultPlan,
             seeds if seeds is not None else st.integers(0, 2**16),
@@ -769,6 +768,9 @@ class Explorer:
                     "the uninterrupted run",
                     seeds=[seed_list[0], seed],
                 )
+        for plan in plans:
+            self._check_points(plan)
+        for seed in seed_list:
             if kinds:
                 plans += self.plans_for(seed, kinds)
         for plan in plans:
@@ -778,6 +780,22 @@ class Explorer:
             points={s: tuple(p for ex in self.points(s) for p in ex) for s in seed_list},
             outcome=str(reference),
         )
+
+    def _check_points(self, plan: FaultPlan) -> None:
+        # A fault asked for by name must name a point the workflow reaches:
+        # a misspelt point would otherwise be a trial that injects nothing.
+        known = {p for execution in self.points(plan.seed) for p in execution}
+        for injection in plan.injections:
+            if injection is not None and injection.at not in known:
+                raise UsageError(
+                    f"workflow {self.workflow.name} never reaches the point {injection.at!r} "
+                    f"under seed {plan.seed}; its points are: {', '.join(sorted(known))}"
+                )
+            if injection is not None and injection.kind not in _KINDS_AT[_kind_of(injection.at)]:
+                raise UsageError(
+                    f"a {injection.kind!r} fault does not apply at {injection.at!r}; there: "
+                    f"{', '.join(_KINDS_AT[_kind_of(injection.at)])}"
+                )
 
     # -- reporting ---------------------------------------------------------------
 
@@ -803,6 +821,10 @@ class Explorer:
             f"reproduce: {self._repro(plan, seeds or [plan.seed])}",
             plan,
         )
+
+
+def _kind_of(point: str) -> str:
+    return point.partition(":")[0]
 
 
 def _seeds(seeds: int | Iterable[int]) -> list[int]:
