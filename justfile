@@ -32,6 +32,7 @@ bench:
     python benchmarks/step_overhead.py
     python benchmarks/store_throughput.py
     python benchmarks/resume_scaling.py
+    python benchmarks/deterministic.py
 
 # format the code
 fmt:

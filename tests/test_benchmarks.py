@@ -13,6 +13,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 #: each benchmark, and lines of its --quick output that show it measured what it says
 EXPECTED = {
     "cancel_latency.py": ("bare trio", "target"),
+    "deterministic.py": ("trio.run ms", "seeded ms", "trial ms", "trials/s"),
     "step_overhead.py": ("plain", "target"),
     "store_throughput.py": (
         "target",

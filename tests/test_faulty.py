@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from tether.testing import (
     Raise,
     SimulatedCrash,
 )
+from tether.testing._faulty import _METHODS
 
 from .conftest import make_store, reopen_store
 
@@ -125,62 +126,32 @@ async def stored(store: Store, run_id: str = "r") -> Snapshot:
         return await snapshot(store, run_id)
 
 
-class RecordingStore:
-    """A MemoryStore that records every call that reaches it."""
+def recording_store() -> tuple[FaultyStore, list[str]]:
+    """A MemoryStore behind a FaultyStore whose rules log every call that reaches it."""
+    log: list[str] = []
 
-    def __init__(self) -> None:
-        self.inner = tether.MemoryStore()
-        self.log: list[str] = []
+    async def record(call: Call) -> None:
+        log.append(call.method)
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        self.log.append(method)
-        return await getattr(self.inner, method)(*args)
-
-    async def open(self) -> None:
-        await self._call("open")
-
-    async def close(self) -> None:
-        await self._call("close")
-
-    async def create_run(self, record: RunRecord) -> None:
-        await self._call("create_run", record)
-
-    async def update_run(self, record: RunRecord) -> None:
-        await self._call("update_run", record)
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        result: RunRecord | None = await self._call("get_run", run_id)
-        return result
-
-    async def list_runs(self) -> Sequence[RunRecord]:
-        result: Sequence[RunRecord] = await self._call("list_runs")
-        return result
-
-    async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
-        result: Sequence[Entry] = await self._call("append", run_id, entries)
-        return result
-
-    async def load_entries(self, run_id: str) -> Sequence[Entry]:
-        result: Sequence[Entry] = await self._call("load_entries", run_id)
-        return result
+    store = FaultyStore(tether.MemoryStore())
+    for method in _METHODS:
+        store.inject(method, Do(record))
+    return store, log
 
 
-class GatedStore(RecordingStore):
-    """Appends land in the MemoryStore, then wait for :attr:`gate` before returning."""
+@attrs.define
+class Gate:
+    """Appends land in the store, then wait for :attr:`opened` before returning."""
 
-    def __init__(self, *, fail: bool = False) -> None:
-        super().__init__()
-        self.gate = trio.Event()
-        self.landed = trio.Event()
-        self.fail = fail
+    fail: bool = False  # ...and then raise OSError
+    landed: trio.Event = attrs.Factory(trio.Event)
+    opened: trio.Event = attrs.Factory(trio.Event)
 
-    async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
-        result = await super().append(run_id, entries)
+    async def apply(self, call: Call) -> None:
         self.landed.set()
-        await self.gate.wait()
+        await self.opened.wait()
         if self.fail:
             raise OSError("the disk went away")
-        return result
 
 
 # -- crashes in a run ------------------------------------------------------------------
@@ -300,7 +271,7 @@ async def test_crash_from_another_task_ends_a_run_waiting_on_a_slow_store(
 
 
 async def test_a_crashed_store_refuses_every_call_but_close() -> None:
-    recording = RecordingStore()
+    recording, log = recording_store()
     faulty = FaultyStore(recording)
     await faulty.open()
     await faulty.create_run(new_run())
@@ -320,9 +291,9 @@ async def test_a_crashed_store_refuses_every_call_but_close() -> None:
         n = faulty.calls[method] + 1
         with pytest.raises(SimulatedCrash, match=rf"^{method} call #{n}: .*FaultyStore.crash"):
             await getattr(faulty, method)(*args)
-    assert recording.log == ["open", "create_run"]
+    assert log == ["open", "create_run"]
     await faulty.close()  # returns: the OS releases a dead process's files
-    assert recording.log == ["open", "create_run", "close"]
+    assert log == ["open", "create_run", "close"]
     assert faulty.calls["append"] == 1 and faulty.calls["close"] == 1
 
 
@@ -330,7 +301,9 @@ async def test_a_crashed_store_refuses_every_call_but_close() -> None:
 async def test_a_call_inside_the_inner_store_at_the_crash_raises_when_it_returns(
     fail: bool,
 ) -> None:
-    gated = GatedStore(fail=fail)
+    gate = Gate(fail=fail)
+    gated = FaultyStore(tether.MemoryStore())
+    gated.inject("append", gate, after=True)
     faulty = FaultyStore(gated)
     await faulty.open()
     await faulty.create_run(new_run())
@@ -342,22 +315,22 @@ async def test_a_call_inside_the_inner_store_at_the_crash_raises_when_it_returns
             assert isinstance(info.value.__cause__, OSError) is fail
 
         nursery.start_soon(append)
-        await gated.landed.wait()
+        await gate.landed.wait()
         faulty.crash()
-        gated.gate.set()
+        gate.opened.set()
     # The write landed, though its caller only saw the crash.
     assert [e.key for e in await gated.inner.load_entries("r")] == ["k#0"]
 
 
 async def test_close_returns_when_the_store_crashes_during_it() -> None:
-    recording = RecordingStore()
+    recording, log = recording_store()
     faulty = FaultyStore(recording)
     faulty.inject("close", Crash())
     await faulty.close()
     faulty.restart()
     faulty.inject("close", Crash(), after=True)
     await faulty.close()
-    assert recording.log == ["close", "close"]  # closed once each time
+    assert log == ["close", "close"]  # closed once each time
     assert faulty.crashed
 
 

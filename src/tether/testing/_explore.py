@@ -350,14 +350,10 @@ class _Trial:
             return
         ex.started.append(event.key)
         inj = self._matches(ex.point(f"start:{event.key}"))
-        if inj is None:
-            return
-        if inj.kind == "cancel":
-            self._cancel_caller()
-        elif inj.kind == "fail":
-            raise InjectedFailure(f"step {event.key} failed ({self._describe_current()})")
-        elif inj.kind == "crash":
-            self._crash()
+        if inj is not None:
+            self._strike(inj, f"step {event.key} failed")
+            if inj.kind == "crash":
+                self.faulty.crash()
 
     async def _before(self, call: Call) -> None:
         ex = self.current
@@ -369,57 +365,43 @@ class _Trial:
         inj = self._matches(ex.point(label))
         if inj is None:
             return
-        slow = self.explorer.slow
-        if inj.kind == "cancel":
-            # The caller cancels while this write is in flight.
-            self._cancel_caller()
-            await call.store.sleep(slow)
-        elif inj.kind == "fail":
-            # A sibling fails while this write is in flight.
-            self.sabotage.set()
-            await call.store.sleep(slow)
-        elif inj.kind == "store_error":
-            raise StoreError(f"injected store failure at {inj.at}")
+        self._strike(inj, "a sibling failed")
+        if inj.kind in ("cancel", "fail"):
+            await call.store.sleep(self.explorer.slow)  # the write stays in flight
         elif inj.kind == "hang":
-            assert self.caller is not None
-            ex.deadline = trio.current_time() + self.explorer.deadline
-            self.caller.deadline = ex.deadline
             await call.store.sleep_forever()
         else:
-            assert inj.kind == "crash"
-            self._stop_process()
             await Crash(torn=self.torn and call.method != "create_run").apply(call)
 
     async def _after(self, call: Call) -> None:
         ex = self.current
-        if ex is None:
+        if ex is None or call.method != "append":
             return
         label = _label(call.method, call.args)
-        if call.method == "append":
-            ex.landed[label] = ex.landed.get(label, 0) + 1
-            inj = self._matches(ex.point("stored:" + label.partition(":")[2]))
-        else:
-            inj = None
-        if inj is None:
-            return
+        ex.landed[label] = ex.landed.get(label, 0) + 1
+        inj = self._matches(ex.point("stored:" + label.partition(":")[2]))
+        if inj is not None:
+            self._strike(inj, "a sibling failed")
+            if inj.kind == "crash":
+                await Crash().apply(call)
+
+    def _strike(self, inj: Injection, failure: str) -> None:
+        """What *inj* does the moment its point is reached (writes then wait, or crash)."""
+        assert self.caller is not None and self.current is not None
         if inj.kind == "cancel":
-            self._cancel_caller()
+            self.caller.cancel()
         elif inj.kind == "fail":
-            self.sabotage.set()
+            if inj.at.startswith("start:"):
+                raise InjectedFailure(f"{failure} ({self._describe_current()})")
+            self.sabotage.set()  # the saboteur raises it
         elif inj.kind == "store_error":
-            raise StoreError(f"injected store failure after the write at {inj.at}")
+            raise StoreError(f"injected store failure at {inj.at}")
+        elif inj.kind == "hang":
+            self.current.deadline = trio.current_time() + self.explorer.deadline
+            self.caller.deadline = self.current.deadline
         else:
             assert inj.kind == "crash"
             self._stop_process()
-            await Crash().apply(call)
-
-    def _cancel_caller(self) -> None:
-        assert self.caller is not None
-        self.caller.cancel()
-
-    def _crash(self) -> None:
-        self.faulty.crash()
-        self._stop_process()
 
     def _stop_process(self) -> None:
         # The process dies: nothing of this execution runs on.
