@@ -336,6 +336,8 @@ def test_misuse_is_refused_with_a_clear_error() -> None:
         explore(shop.approve_refund, "o-2", 500)
     with pytest.raises(tether.UsageError, match="kind@point"):
         FaultPlan.parse(0, "crash")
+    with pytest.raises(tether.UsageError, match=r"cannot simulate a torn write"):
+        explore(shop.checkout, "o-1", torn=True)
     with pytest.raises(tether.UsageError, match=r"never reaches the point 'save:chrage#0'"):
         explore(shop.checkout, "o-1", faults=["crash@save:chrage#0"])
     with pytest.raises(tether.UsageError, match=r"'fail' fault does not apply at 'record:created'"):

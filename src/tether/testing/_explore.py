@@ -289,6 +289,11 @@ class _Trial:
         self.sabotage = trio.Event()
         self.workflow = self._wrap(explorer.workflow)
         self.torn = _can_tear(self.raw) if explorer.torn is None else explorer.torn
+        if self.torn and not _can_tear(self.raw):
+            raise UsageError(
+                f"torn=True, but {self.raw!r} cannot simulate a torn write (FileStore can); "
+                "leave torn=None to tear where the store can"
+            )
         self._arm()
 
     # -- the instrumented workflow ----------------------------------------------
@@ -698,12 +703,11 @@ class Explorer:
         """
         from hypothesis import strategies as st
 
-        points = sorted({p for execution in self.points(0) for p in execution})
-        injection = st.builds(
-            Injection,
-            st.sampled_from(FAULT_KINDS),
-            st.sampled_from(points),
-        ).filter(lambda i: i.kind in _KINDS_AT[_kind_of(i.at)])
+        # In the order the uninterrupted run reaches them: shrinking goes earlier.
+        points = dict.fromkeys(p for execution in self.points(0) for p in execution)
+        injection = st.sampled_from(
+            [Injection(kind, point) for point in points for kind in _KINDS_AT[_kind_of(point)]]
+        )
         return st.builds(
             FaultPlan,
             seeds if seeds is not None else st.integers(0, 2**16),
