@@ -7,7 +7,7 @@ import pytest
 
 import tether
 from tether.stores import Store
-from tether.testing import ClockHoldingStore
+from tether.testing._clock import hold_clock
 from tether.testing.pytest_plugin import STORE_KINDS as PLUGIN_KINDS
 from tether.testing.pytest_plugin import make_store as make_store
 
@@ -47,11 +47,7 @@ def store_factory(raw_store_factory: Callable[[], Store]) -> Callable[[], Store]
     store's threads work.
     """
 
-    def factory() -> Store:
-        store = raw_store_factory()
-        return store if isinstance(store, tether.MemoryStore) else ClockHoldingStore(store)
-
-    return factory
+    return lambda: hold_clock(raw_store_factory())
 
 
 @pytest.fixture

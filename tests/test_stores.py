@@ -15,7 +15,8 @@ import itertools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -400,18 +401,25 @@ RUN_DAMAGE: dict[str, Callable[[str], str]] = {
 }
 
 
-async def _seed(store: Store, run_id: str = "r", n: int = 3) -> None:
-    now = utcnow()
-    await store.create_run(
-        RunRecord(run_id="older", workflow="w", args="[]", created_at=now, updated_at=now)
-    )
-    await store.create_run(
-        RunRecord(run_id=run_id, workflow="w", args="[]", created_at=utcnow(), updated_at=now)
-    )
-    for i in range(n):
-        await store.append(
-            run_id, [Entry(run_id=run_id, key=f"s#{i}", started_at=now, finished_at=now)]
+@asynccontextmanager
+async def seeded(store: Store, run_id: str = "r", n: int = 3) -> AsyncIterator[None]:
+    """*store*, open for the block, holding runs "older" and *run_id* with *n* entries."""
+    await store.open()
+    try:
+        now = utcnow()
+        await store.create_run(
+            RunRecord(run_id="older", workflow="w", args="[]", created_at=now, updated_at=now)
         )
+        await store.create_run(
+            RunRecord(run_id=run_id, workflow="w", args="[]", created_at=utcnow(), updated_at=now)
+        )
+        for i in range(n):
+            await store.append(
+                run_id, [Entry(run_id=run_id, key=f"s#{i}", started_at=now, finished_at=now)]
+            )
+        yield
+    finally:
+        await store.close()
 
 
 def _entry_location(store: Store, run_id: str, seq: int) -> str:
@@ -462,9 +470,7 @@ async def test_a_damaged_newest_entry_is_never_skipped(
     kind: str, damage: str, tmp_path: Path
 ) -> None:
     store = make_store(kind, tmp_path)
-    await store.open()
-    try:
-        await _seed(store)
+    async with seeded(store):
         _damage_entry(store, "r", 3, ENTRY_DAMAGE[damage])
         with pytest.raises(tether.CheckpointCorruptError) as info:
             await store.load_entries("r")
@@ -474,8 +480,6 @@ async def test_a_damaged_newest_entry_is_never_skipped(
         # (FileStore reads the journal first) or is left alone (SQLite):
         # either way nothing is lost and nothing older is returned.
         assert await store.load_entries("older") == []
-    finally:
-        await store.close()
 
 
 @durable
@@ -484,9 +488,7 @@ async def test_a_damaged_run_record_raises_on_get_and_list(
     kind: str, damage: str, tmp_path: Path
 ) -> None:
     store = make_store(kind, tmp_path)
-    await store.open()
-    try:
-        await _seed(store)
+    async with seeded(store):
         where = _damage_run(store, "r", RUN_DAMAGE[damage])
         for call in (lambda: store.get_run("r"), store.list_runs):
             with pytest.raises(tether.CheckpointCorruptError) as info:
@@ -495,15 +497,11 @@ async def test_a_damaged_run_record_raises_on_get_and_list(
             assert "'r'" in message and where in message, message
         older = await store.get_run("older")
         assert older is not None
-    finally:
-        await store.close()
 
 
 async def test_sqlite_rows_with_bad_values(tmp_path: Path) -> None:
     store = tether.SQLiteStore(tmp_path / "s.db")
-    await store.open()
-    try:
-        await _seed(store)
+    async with seeded(store):
         for sql, params in [
             ("UPDATE entries SET data = 5 WHERE seq = 3", ()),
             ("UPDATE entries SET data = ? WHERE seq = 3", (b"{}",)),
@@ -524,16 +522,12 @@ async def test_sqlite_rows_with_bad_values(tmp_path: Path) -> None:
         conn.close()
         with pytest.raises(tether.CheckpointCorruptError, match=r"'r'.*table runs, rowid 2"):
             await store.list_runs()
-    finally:
-        await store.close()
 
 
 async def test_file_store_damage_of_the_file_system_kind(tmp_path: Path) -> None:
     store = tether.FileStore(tmp_path / "fs")
     outside = tmp_path / "outside.json"
-    await store.open()
-    try:
-        await _seed(store)
+    async with seeded(store):
         entries = store.directory / "r" / "entries"
         newest = entries / "000000000003.json"
         good = newest.read_bytes()
@@ -620,8 +614,6 @@ async def test_file_store_damage_of_the_file_system_kind(tmp_path: Path) -> None
         (store.directory / "r" / "run.json").mkdir()
         with pytest.raises(tether.CheckpointCorruptError, match=r"run\.json: is not a regular"):
             await store.get_run("r")
-    finally:
-        await store.close()
 
 
 BAD_IDS = ["", ".", "..", "../x", "a/b", "/etc", "a\\b", "a\0b", ".hidden", "x" * 201, "tab\there"]

@@ -49,7 +49,8 @@ from ._protocol import (
     RunRecord,
     RunStatus,
     dumps_record,
-    loads_record,
+    load_entry,
+    load_run_record,
 )
 
 __all__ = ("FileStore",)
@@ -451,16 +452,9 @@ class FileStore:
                 missing = entries_dir / f"{expected:012d}.json"
                 raise self._corrupt(run_id, missing, f"entry seq {expected} is missing")
             try:
-                entry: Entry = loads_record(self._read_file(run_id, path), Entry.from_json)
+                journal.append(load_entry(self._read_file(run_id, path), run_id, seq))
             except RecordDecodeError as exc:
                 raise self._corrupt(run_id, path, str(exc)) from None
-            if entry.run_id != run_id:
-                raise self._corrupt(run_id, path, f"the entry names run {entry.run_id!r}")
-            if entry.seq != seq:
-                raise self._corrupt(
-                    run_id, path, f"the entry says seq {entry.seq!r}, its file name {seq}"
-                )
-            journal.append(entry)
         return journal
 
     # -- crash simulation (tether.testing.FaultyStore's Crash(torn=True)) ---------------
@@ -604,9 +598,6 @@ class FileStore:
     def _read_run(self, run_id: str, folder: Path) -> RunRecord:
         path = folder / _RUN_FILE
         try:
-            record: RunRecord = loads_record(self._read_file(run_id, path), RunRecord.from_json)
+            return load_run_record(self._read_file(run_id, path), run_id)
         except RecordDecodeError as exc:
             raise self._corrupt(run_id, path, str(exc)) from None
-        if record.run_id != run_id:
-            raise self._corrupt(run_id, path, f"the record names run {record.run_id!r}")
-        return record

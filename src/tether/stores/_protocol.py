@@ -362,6 +362,32 @@ def loads_record(text: str | bytes, decode: Callable[[object], Any]) -> Any:
         raise RecordDecodeError(str(exc)) from None
 
 
+def load_run_record(text: str | bytes, run_id: str) -> RunRecord:
+    """Decode stored text as the run record of *run_id* (stores' strict read).
+
+    Raises:
+        RecordDecodeError: not a run record, or one of another run.
+    """
+    record: RunRecord = loads_record(text, RunRecord.from_json)
+    if record.run_id != run_id:
+        raise RecordDecodeError(f"the record names run {record.run_id!r}")
+    return record
+
+
+def load_entry(text: str | bytes, run_id: str, seq: int) -> Entry:
+    """Decode stored text as entry *seq* of *run_id* (stores' strict read).
+
+    Raises:
+        RecordDecodeError: not an entry, or one of another run or seq.
+    """
+    entry: Entry = loads_record(text, Entry.from_json)
+    if entry.run_id != run_id:
+        raise RecordDecodeError(f"the entry names run {entry.run_id!r}")
+    if entry.seq != seq:
+        raise RecordDecodeError(f"the entry says seq {entry.seq!r}, where it is stored {seq}")
+    return entry
+
+
 def _exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordDecodeError(f"{what} must be a JSON object, not {type(data).__name__}")

@@ -64,7 +64,8 @@ from ._protocol import (
     RunRecord,
     _idempotency_digest,
     dumps_record,
-    loads_record,
+    load_entry,
+    load_run_record,
 )
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
@@ -487,12 +488,9 @@ class SQLiteStore:
         if type(data) is not str:
             raise self._corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
         try:
-            record: RunRecord = loads_record(data, RunRecord.from_json)
+            return load_run_record(data, run_id)
         except RecordDecodeError as exc:
             raise self._corrupt(run_id, where, str(exc)) from None
-        if record.run_id != run_id:
-            raise self._corrupt(run_id, where, f"the record names run {record.run_id!r}")
-        return record
 
     def _decode_entry(self, run_id: str, row: tuple[Any, ...]) -> Entry:
         rowid, seq, data = row
@@ -502,14 +500,9 @@ class SQLiteStore:
         if type(data) is not str:
             raise self._corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
         try:
-            entry: Entry = loads_record(data, Entry.from_json)
+            return load_entry(data, run_id, seq)
         except RecordDecodeError as exc:
             raise self._corrupt(run_id, where, str(exc)) from None
-        if entry.run_id != run_id:
-            raise self._corrupt(run_id, where, f"the entry names run {entry.run_id!r}")
-        if entry.seq != seq:
-            raise self._corrupt(run_id, where, f"the entry says seq {entry.seq!r}")
-        return entry
 
     # -- connections and threads -------------------------------------------------------------
 

@@ -8,9 +8,10 @@ from typing import Any, Final, TypeVar, final
 import trio
 import trio.testing
 
+from ..stores._memory import MemoryStore
 from ..stores._protocol import Entry, RunRecord, Store
 
-__all__ = ("ClockHoldingStore",)
+__all__ = ("ClockHoldingStore", "hold_clock")
 
 T = TypeVar("T")
 
@@ -25,6 +26,11 @@ async def _hold() -> None:
     # jumping the clock"), so virtual time stands still until we are cancelled.
     while True:
         await trio.testing.wait_all_tasks_blocked(cushion=_CUSHION)
+
+
+def hold_clock(store: Store) -> Store:
+    """*store* wrapped in :class:`ClockHoldingStore` if it is thread-backed (not a MemoryStore)."""
+    return store if isinstance(store, MemoryStore) else ClockHoldingStore(store)
 
 
 @final

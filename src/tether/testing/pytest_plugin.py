@@ -48,7 +48,7 @@ from ..stores._file import FileStore
 from ..stores._memory import MemoryStore
 from ..stores._protocol import Store
 from ..stores._sqlite import SQLiteStore
-from ._clock import ClockHoldingStore
+from ._clock import hold_clock
 from ._deterministic import seeded_schedule
 from ._explore import Exploration, explore
 
@@ -74,10 +74,6 @@ def make_store(kind: str, directory: Path) -> Store:
     if kind == "file":
         return FileStore(directory / f"tether-{n}")
     raise UsageError(f"unknown store kind {kind!r}; one of {', '.join(STORE_KINDS)}")
-
-
-def _clock_holding(store: Store) -> Store:
-    return store if isinstance(store, MemoryStore) else ClockHoldingStore(store)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -166,7 +162,7 @@ def tether_store_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def tether_store_factory(tether_store_kind: str, tmp_path: Path) -> Callable[[], Store]:
     """Makes fresh, unopened stores of the test's kind."""
-    return lambda: _clock_holding(make_store(tether_store_kind, tmp_path))
+    return lambda: hold_clock(make_store(tether_store_kind, tmp_path))
 
 
 @pytest.fixture
