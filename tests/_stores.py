@@ -6,12 +6,12 @@ an engine that lets framework cancellation reach a save loses the record.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import trio
 
-from tether.stores import Entry, MemoryStore, RunRecord
+from tether.stores import Entry, MemoryStore, Renewal, RunRecord
 
 SAVE_DELAY = 1.0
 
@@ -29,8 +29,25 @@ class _Wrapping:
     async def create_run(self, record: RunRecord) -> None:
         await self.inner.create_run(record)
 
-    async def update_run(self, record: RunRecord) -> None:
-        await self.inner.update_run(record)
+    async def update_run(self, record: RunRecord) -> RunRecord:
+        return await self.inner.update_run(record)
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        return await self.inner.claim(run_id, owner, ttl=ttl, create=create, takeover=takeover)
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        return await self.inner.renew(owner, ttl=ttl, held=held)
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        return await self.inner.cancel_run(run_id, takeover=takeover)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self.inner.get_run(run_id)

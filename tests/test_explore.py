@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, find, settings
 
 import tether
 from tether import _context
-from tether.stores import Entry, RunRecord, RunStatus
+from tether.stores import Entry, RunRecord
 from tether.testing import (
     FAULT_KINDS,
     Explorer,
@@ -243,9 +243,20 @@ class ForgetfulStore(tether.MemoryStore):  # type: ignore[misc]  # final, but a 
         super().__init__()
         self.resumed = False
 
-    async def update_run(self, record: RunRecord) -> None:
-        self.resumed |= record.status is RunStatus.RUNNING
-        await super().update_run(record)
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        self.resumed |= await super().get_run(run_id) is not None  # claims a stored run
+        record: RunRecord = await super().claim(
+            run_id, owner, ttl=ttl, create=create, takeover=takeover
+        )
+        return record
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:
         entries = await super().load_entries(run_id)

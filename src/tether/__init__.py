@@ -15,8 +15,10 @@ from ._errors import CheckpointCorruptError as CheckpointCorruptError
 from ._errors import CodecError as CodecError
 from ._errors import InvalidResponseError as InvalidResponseError
 from ._errors import InvariantViolation as InvariantViolation
+from ._errors import LeaseLostError as LeaseLostError
 from ._errors import NonDeterminismError as NonDeterminismError
 from ._errors import NotInRunError as NotInRunError
+from ._errors import RunCancelledError as RunCancelledError
 from ._errors import RunConflictError as RunConflictError
 from ._errors import RunNotFoundError as RunNotFoundError
 from ._errors import SaveTimeoutError as SaveTimeoutError
@@ -67,6 +69,7 @@ __all__ = (
     "HookEvent",
     "InvalidResponseError",
     "InvariantViolation",
+    "LeaseLostError",
     "LiveRun",
     "MemoryStore",
     "NonDeterminismError",
@@ -75,6 +78,7 @@ __all__ = (
     "Parallel",
     "Paused",
     "Request",
+    "RunCancelledError",
     "RunConflictError",
     "RunEvent",
     "RunFinished",

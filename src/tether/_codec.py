@@ -15,6 +15,11 @@ Encoding is canonical, so equal values give equal text in every process
 sorted, sets are written sorted by their encoded items, NaN and infinities are
 refused, and object keys must be strings (JSON would silently turn ``1`` into
 ``"1"``).
+
+Nesting is bounded: a value may nest at most :data:`MAX_DEPTH` levels of
+arrays and objects, checked as it is written, so whatever is stored decodes
+again from any call stack. A value nested deeper, in either direction, fails
+as a :class:`CodecError` that says so, never as a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -41,7 +46,16 @@ from cattrs.preconf.json import make_converter
 
 from ._errors import CodecError
 
-__all__ = ("Codec", "Signature", "codec", "describe", "digest", "dumps", "loads")
+__all__ = ("MAX_DEPTH", "Codec", "Signature", "codec", "describe", "digest", "dumps", "loads")
+
+#: How many levels of arrays and objects a value may nest (``[[...]]`` is two).
+#: Checked when a value is encoded, on the JSON form it is about to be written
+#: as. Python's recursion limit (1000 frames by default) is the hard ceiling:
+#: encoding or decoding a level of lists or dicts takes one frame, so about
+#: half of it is left to the caller's stack, and a stored value decodes on replay
+#: however deep the code that reads it. Classes take several frames a level
+#: and may reach the recursion limit sooner; that fails with the same error.
+MAX_DEPTH = 512
 
 _NoneType = type(None)
 _PRIMITIVES = (int, float, str, bool)
@@ -71,8 +85,39 @@ def _describe(tp: Any) -> str:
     return repr(tp).replace("typing.", "")
 
 
+def _show(value: Any, width: int) -> str:
+    """``repr(value)`` cut to *width* characters (the repr itself recurses)."""
+    try:
+        return repr(value)[:width]
+    except RecursionError:
+        return "<too deep to show>"
+
+
 def _got(value: Any) -> str:
-    return f"{type(value).__qualname__} {value!r:.60}"
+    return f"{type(value).__qualname__} {_show(value, 60)}"
+
+
+_TOO_DEEP = (
+    f"nested too deeply: the limit is {MAX_DEPTH} levels of arrays and objects, fewer for "
+    "nested classes"
+)
+
+
+class _TooDeepError(CodecError, ValueError):
+    """A value nested beyond :data:`MAX_DEPTH` or Python's recursion limit.
+
+    A ``ValueError`` too, for the callers of :func:`dumps` and :func:`loads`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(_TOO_DEEP)
+
+
+def _too_deep(exc: BaseException) -> bool:
+    """Whether *exc* is (or, as a cattrs error group, holds) nesting too deep."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup((RecursionError, _TooDeepError)) is not None
+    return isinstance(exc, (RecursionError, _TooDeepError))
 
 
 # -- strict structure hooks ------------------------------------------------------
@@ -241,6 +286,8 @@ def _union_factory(conv: cattrs.Converter) -> Callable[[Any], Callable[[Any, Any
                 try:
                     return conv.structure(value, member)
                 except Exception as exc:
+                    if _too_deep(exc):
+                        raise  # not a reason to try the next member
                     errors.append(f"not {_describe(member)}: {_explain(exc)}")
             if promote and type(value) is int:
                 return float(value)
@@ -274,6 +321,32 @@ def _set_unstructure_factory(conv: cattrs.Converter) -> Callable[[Any], Callable
     return factory
 
 
+def _array_and_object_hooks(
+    conv: cattrs.Converter,
+) -> tuple[Callable[[Any], list[Any]], Callable[[Any], dict[Any, Any]]]:
+    """Unstructure hooks for exactly ``list``/``tuple`` and ``dict``, by runtime type.
+
+    Same output as cattrs' own, but one stack frame a level where those take
+    three (hook, generator, ``unstructure``): with them, Python's recursion
+    limit would stop a list of lists at about 330 levels, short of MAX_DEPTH.
+    """
+    hook = conv.get_unstructure_hook
+
+    def array(value: Any) -> list[Any]:
+        out = []
+        for item in value:
+            out.append(hook(item.__class__)(item))
+        return out
+
+    def obj(value: Any) -> dict[Any, Any]:
+        out = {}
+        for key, item in value.items():
+            out[hook(key.__class__)(key)] = hook(item.__class__)(item)
+        return out
+
+    return array, obj
+
+
 def _make_converter() -> cattrs.Converter:
     conv = make_converter(forbid_extra_keys=True)
     # Registered by class (cattrs' own primitive hooks are, and class dispatch
@@ -291,36 +364,56 @@ def _make_converter() -> cattrs.Converter:
     shapes = _Shapes(conv)
     conv.register_structure_hook_factory(shapes.applies, shapes.factory)
     conv.register_unstructure_hook_factory(_is_set, _set_unstructure_factory(conv))
+    # Exact classes only: subclasses (named tuples, OrderedDict...) keep cattrs' hooks.
+    array, obj = _array_and_object_hooks(conv)
+    conv.register_unstructure_hook_func(lambda t: t is list or t is tuple, array)
+    conv.register_unstructure_hook_func(lambda t: t is dict, obj)
     return conv
 
 
 # -- JSON text ----------------------------------------------------------------------
 
 
-def _check_keys(primitive: Any) -> None:
+def _check_keys(primitive: Any, levels: int) -> None:
+    """Refuse non-str object keys, and arrays or objects nested over *levels* deep.
+
+    A negative *levels* never counts down to 0: no bound but the recursion limit.
+    """
     # json.dumps would write {1: 2} as {"1": 2}, which reads back as another value.
     if isinstance(primitive, dict):
+        if not levels:
+            raise _TooDeepError
         for key, value in primitive.items():
             if not isinstance(key, str):
                 raise TypeError(
                     f"object keys must be strings, got {_got(key)} (JSON would turn it "
                     "into a string); use dict[str, ...] or a list of pairs"
                 )
-            _check_keys(value)
+            _check_keys(value, levels - 1)
     elif isinstance(primitive, list | tuple):
+        if not levels:
+            raise _TooDeepError
         for value in primitive:
-            _check_keys(value)
+            _check_keys(value, levels - 1)
 
 
-def dumps(primitive: Any) -> str:
+def dumps(primitive: Any, *, max_depth: int | None = None) -> str:
     """Serialize JSON-ready primitives canonically (sorted keys, no NaN).
+
+    *max_depth* bounds the nesting of arrays and objects; without it, only
+    Python's recursion limit does (the codec passes :data:`MAX_DEPTH`; records
+    that wrap an encoded value may nest a level or two more).
 
     Raises:
         TypeError: something is not JSON-ready, or an object key is not a str.
-        ValueError: a float is NaN or infinite.
+        ValueError: a float is NaN or infinite, or the value is nested too
+            deeply (then also a :class:`CodecError`).
     """
-    _check_keys(primitive)
-    return _json_text(primitive)
+    try:
+        _check_keys(primitive, -1 if max_depth is None else max_depth)
+        return _json_text(primitive)
+    except RecursionError:
+        raise _TooDeepError from None
 
 
 # One encoder and one decoder, made once: json.dumps/loads with options build
@@ -347,10 +440,17 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_parse_
 
 
 def loads(text: str) -> Any:
-    """Parse JSON text strictly (no NaN or infinities); raises ``ValueError``."""
+    """Parse JSON text strictly (no NaN or infinities); raises ``ValueError``.
+
+    Text nested too deeply for Python's recursion limit raises a ``ValueError``
+    that is also a :class:`CodecError`.
+    """
     if not isinstance(text, str):
         raise TypeError(f"expected JSON text, got {type(text).__qualname__}")
-    return _DECODER.decode(text)
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise _TooDeepError from None
 
 
 def digest(text: str) -> str:
@@ -363,6 +463,8 @@ def digest(text: str) -> str:
 
 def _explain(exc: BaseException) -> str:
     """One line for an encoding or decoding error, with the path for nested ones."""
+    if _too_deep(exc):
+        return _TOO_DEEP  # one message however deep the failure was, or where
     if isinstance(exc, cattrs.BaseValidationError):
         return "; ".join(cattrs.transform_error(exc, format_exception=_format_exception))
     return _format_exception(exc, None)
@@ -400,10 +502,10 @@ def _diff(value: Any, back: Any, path: str) -> str | None:
         returned = {k: k for k in back}
         for k in value:
             if k not in returned:
-                return f"{path} item {k!r:.60} does not come back"
-            found = _diff(k, returned[k], f"{path} item {k!r:.40}")
+                return f"{path} item {_show(k, 60)} does not come back"
+            found = _diff(k, returned[k], f"{path} item {_show(k, 40)}")
             if not found and tv is dict:
-                found = _diff(value[k], back[returned[k]], f"{path}[{k!r:.40}]")
+                found = _diff(value[k], back[returned[k]], f"{path}[{_show(k, 40)}]")
             if found:
                 return found
         return None
@@ -429,7 +531,7 @@ def _diff(value: Any, back: Any, path: str) -> str | None:
     else:
         same = back == value
     if not same:
-        return f"{path} is {value!r:.60} but comes back as {back!r:.60}"
+        return f"{path} is {_show(value, 60)} but comes back as {_show(back, 60)}"
     return None
 
 
@@ -447,8 +549,9 @@ class Codec:
         *value* by anyone cannot change what was recorded or returned.
 
         Raises:
-            CodecError: the value cannot be encoded, or does not decode back to
-                an equal value of the same type, all the way down (names *what*).
+            CodecError: the value cannot be encoded (or nests more than
+                MAX_DEPTH levels), or does not decode back to an equal value of
+                the same type, all the way down (names *what*).
         """
         cls = type(value)
         if (
@@ -460,10 +563,10 @@ class Codec:
             # itself and decodes to an equal value of the same type.
             return _ENCODER.encode(value), value
         try:
-            text = dumps(self._conv.unstructure(value, unstructure_as=tp))
+            text = dumps(self._conv.unstructure(value, unstructure_as=tp), max_depth=MAX_DEPTH)
         except Exception as exc:
             raise CodecError(
-                f"{what}: cannot encode {type(value).__qualname__} value {value!r:.80} "
+                f"{what}: cannot encode {type(value).__qualname__} value {_show(value, 80)} "
                 f"as {_describe(tp)} to JSON ({_explain(exc)}). Supported: JSON primitives, "
                 "attrs classes, dataclasses, enums, datetimes, bytes, tuples, sets, "
                 "Optional/Union and containers of these."
@@ -473,7 +576,7 @@ class Codec:
             difference = _diff(value, back, "the value")
         except Exception as exc:
             raise CodecError(
-                f"{what}: {type(value).__qualname__} value {value!r:.80} encodes but does "
+                f"{what}: {type(value).__qualname__} value {_show(value, 80)} encodes but does "
                 f"not decode back as {_describe(tp)} ({_explain(exc)}); check the type "
                 "annotation."
             ) from exc
@@ -484,7 +587,7 @@ class Codec:
                 else f" Check that the annotation {_describe(tp)} describes the value exactly."
             )
             raise CodecError(
-                f"{what}: {type(value).__qualname__} value {value!r:.80} does not survive a "
+                f"{what}: {type(value).__qualname__} value {_show(value, 80)} does not survive a "
                 f"round trip through JSON as {_describe(tp)}: {difference}.{hint}"
             )
         return text, back
@@ -508,7 +611,8 @@ class Codec:
             return self._conv.structure(primitive, tp)
         except Exception as exc:
             raise CodecError(
-                f"{what}: {primitive!r:.80} does not decode as {_describe(tp)}: {_explain(exc)}"
+                f"{what}: {_show(primitive, 80)} does not decode as {_describe(tp)}: "
+                f"{_explain(exc)}"
             ) from exc
 
     def to_primitive(self, value: Any, *, what: str) -> Any:
@@ -521,10 +625,10 @@ class Codec:
             CodecError: the value cannot be encoded to JSON (names *what*).
         """
         try:
-            return loads(dumps(self._conv.unstructure(value)))
+            return loads(dumps(self._conv.unstructure(value), max_depth=MAX_DEPTH))
         except Exception as exc:
             raise CodecError(
-                f"{what}: cannot encode {type(value).__qualname__} value {value!r:.80} to "
+                f"{what}: cannot encode {type(value).__qualname__} value {_show(value, 80)} to "
                 f"JSON ({_explain(exc)})"
             ) from exc
 
@@ -532,7 +636,8 @@ class Codec:
         """Canonical JSON of call arguments by their runtime types (for digests).
 
         Arguments are only digested, never decoded, so object keys that are
-        not strings are let through here (as JSON writes them).
+        not strings are let through here (as JSON writes them), and only the
+        recursion limit bounds their nesting, not MAX_DEPTH.
         """
         if not kwargs and all(type(a) in _SCALARS for a in args):
             # Fast path, same text as below: scalars unstructure to themselves.

@@ -24,6 +24,7 @@ from ._errors import (
     CheckpointCorruptError,
     CodecError,
     InvalidResponseError,
+    LeaseLostError,
     NonDeterminismError,
     NotInRunError,
     SaveTimeoutError,
@@ -38,6 +39,11 @@ from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, u
 
 if TYPE_CHECKING:
     from ._workflow import Step
+
+#: Set to ``True`` on step classes (``Step``): ``parallel().start_soon`` journals
+#: them under their own name. (A marker, so that this module, below the
+#: definitions, never imports them.)
+STEP_MARKER = "_tether_is_step"
 
 __all__ = (
     "Handle",
@@ -241,6 +247,10 @@ class RunState:
     responses_stored: trio.Event = attrs.field(factory=trio.Event)
     aborted: BaseException | None = None  # a response did not decode: undo the resume
     observer: Observer | None = None  # receives live events (Engine.open_run)
+    # -- ownership --
+    token: int = 0  # the fencing token every write of this execution carries
+    lose: Callable[[LeaseLostError], None] | None = None  # the engine's: the lease is gone
+    cancel_requested: bool = False  # engine.cancel reached this execution
 
     # -- settlement ----------------------------------------------------------
 
@@ -279,6 +289,12 @@ class RunState:
         """Stop this execution and undo the resume that started it (bad response)."""
         if self.aborted is None:
             self.aborted = exc
+        if self.run_scope is not None:
+            self.run_scope.cancel()
+
+    def request_cancel(self) -> None:
+        """A cancel was recorded for the run: stop it (framework-owned, saves drain)."""
+        self.cancel_requested = True
         if self.run_scope is not None:
             self.run_scope.cancel()
 
@@ -335,6 +351,11 @@ class RunState:
         try:
             with scope:
                 return await afn(*args)
+        except LeaseLostError as exc:
+            # The store refused the write's token: another owner has the run.
+            if self.lose is not None:
+                self.lose(exc)
+            raise
         finally:
             self.shields.discard(scope)
         # Only reached when the scope caught a cancellation: never pretend the
@@ -481,6 +502,7 @@ class RunState:
                 started_at=started,
                 finished_at=utcnow(),
                 attempt=attempt,
+                token=self.token,
             )
             stored = await self.save(entry)
             self.emit(CheckpointStored(run_id=self.run_id, key=key, name=step.name, entry=stored))
@@ -600,6 +622,7 @@ class RunState:
             args_digest=payload_digest,
             started_at=started,
             finished_at=utcnow(),
+            token=self.token,
         )
         if len(self.accepted) == len(self.provided):
             # The last response to be checked stores them all, in one append:
@@ -733,8 +756,6 @@ class Parallel:
             UsageError: the block is not open, or this is not the task that
                 opened it.
         """
-        from ._workflow import Step
-
         if self._nursery is None or self._frame is None or self._closed:
             raise UsageError("start_soon() needs an open `async with tether.parallel()` block")
         frame = self._frame
@@ -744,8 +765,9 @@ class Parallel:
             )
         if key is not None:
             check_key(key)
-        if isinstance(fn, Step):
-            handle: Handle[R] = Handle(self, frame.next_key(fn.name, key or fn.key))
+        if getattr(type(fn), STEP_MARKER, False):
+            step: Step[..., R] = fn  # type: ignore[assignment]
+            handle: Handle[R] = Handle(self, frame.next_key(step.name, key or step.key))
             child: Callable[..., Awaitable[None]] = self._child_step
         else:
             if not callable(fn):

@@ -37,6 +37,8 @@ from ._errors import (
     CheckpointCorruptError,
     CodecError,
     InvalidResponseError,
+    LeaseLostError,
+    RunCancelledError,
     RunConflictError,
     RunNotFoundError,
     UnknownRequestError,
@@ -45,7 +47,8 @@ from ._errors import (
 )
 from ._events import OpenRun, take_observer
 from ._hooks import HookEvent, Hooks
-from ._nurseries import unwrap_single
+from ._nurseries import exit_nursery, unwrap_single
+from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_is_gone
 from ._requests import Paused, Request, request_from_json, request_to_json
 from ._workflow import Workflow, lookup_workflow
 from .stores._protocol import (
@@ -81,6 +84,16 @@ class RunInfo:
     entries: tuple[Entry, ...]  #: the journal (``get_run`` only; empty from ``list_runs``)
     created_at: datetime
     updated_at: datetime
+    #: the lease holder (``host:pid:engine-id``) of a run that is executing, or
+    #: that was executing when its owner vanished; ``None`` once released
+    owner: str | None = None
+    #: when the owner's lease expires (store's clock); ``None`` once expired or released
+    lease_expires_at: datetime | None = None
+    #: ``True`` while a live owner executes the run; a ``running`` run that is
+    #: not executing was interrupted (a crash, a caller cancellation) and can be resumed
+    executing: bool = False
+    #: a cancel was recorded; the owner stops the run within one renewal interval
+    cancel_requested: bool = False
 
 
 @attrs.define(eq=False)
@@ -91,6 +104,9 @@ class _Execution:
     record: RunRecord
     original: RunRecord  # as stored before this execution (restored by an undo)
     done: trio.Event = attrs.field(factory=trio.Event)
+    lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
+    released: bool = False  # a status write stored the outcome and released the lease
     finished: bool = False  # the workflow returned or raised an Exception
     value: Any = None  # the decoded result
     result_text: str | None = None  # the encoded result
@@ -120,21 +136,40 @@ def _first_cancelled(exc: BaseException) -> BaseException:
 class Engine:
     """Runs workflows against one store. Made by :func:`open_engine`."""
 
-    def __init__(self, store: Store, *, hooks: Iterable[object], save_timeout: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        hooks: Iterable[object],
+        save_timeout: float,
+        lease_ttl: float = 15.0,
+    ) -> None:
         self._store = store
         self._hooks = Hooks(hooks)
         self._save_timeout = float(save_timeout)
+        self._owner, self._engine_id = new_owner()
+        self._leases = Leases(store, self._owner, float(lease_ttl), self._save_timeout)
         self._active: set[str] = set()
         self._workflows: dict[str, Workflow[..., Any]] = {}
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<tether.Engine store={self._store!r} active={len(self._active)}>"
+        return f"<tether.Engine {self._owner} store={self._store!r} active={len(self._active)}>"
 
     @property
     def store(self) -> Store:
         """The store this engine journals into."""
         return self._store
+
+    @property
+    def owner(self) -> str:
+        """This engine's owner name, ``host:pid:engine-id``, as leases show it."""
+        return self._owner
+
+    @property
+    def lease_ttl(self) -> float:
+        """Seconds a lease lasts without renewal; renewed every third of that."""
+        return self._leases.ttl
 
     # -- public API ------------------------------------------------------------
 
@@ -156,13 +191,23 @@ class Engine:
         when the store hangs: saves in flight are cut short, no status is
         written, and the run stays ``running`` and resumable.
 
+        Before anything executes, the engine claims the run's lease (a new
+        run is created with its first lease, in one write); while it
+        executes, every write carries the lease's fencing token.
+
         Raises:
             Exception: whatever the workflow raised, as itself (exception
                 groups from ``parallel()`` as groups); the run is stored as
                 ``failed`` and can be resumed.
             trio.TooSlowError: ``timeout`` expired.
             RunConflictError: the run id exists with another workflow or other
-                arguments, or is executing in this engine now.
+                arguments, is executing in this engine now, or another live
+                owner holds its lease (raised at once, naming the owner and
+                its lease expiry; nothing was executed or written).
+            RunCancelledError: the run is cancelled (raised before any other
+                check), or was cancelled while it executed here.
+            LeaseLostError: this engine lost the run's lease while executing
+                it (prompt; nothing more was written).
             StoreError, CodecError, NonDeterminismError: see their docs.
         """
         if not isinstance(wf, Workflow):
@@ -177,26 +222,27 @@ class Engine:
         with trio.fail_after(timeout) if timeout is not None else nullcontext():
             with StoreErrors(f"reading run {run_id!r}"):
                 record = await self._store.get_run(run_id)
-            if record is None:
-                now = utcnow()
-                record = RunRecord(
-                    run_id=run_id, workflow=wf.name, args=args_text, created_at=now, updated_at=now
-                )
-                with self._claimed(run_id):
-                    with StoreErrors(f"creating run {run_id!r}"):
-                        await self._store.create_run(record)
-                    return await self._execute(wf, record, decoded_args, {})  # type: ignore[no-any-return]
-            if record.workflow != wf.name:
-                raise RunConflictError(
-                    f"run {run_id!r} belongs to workflow {record.workflow!r}, not {wf.name!r}"
-                )
-            if record.args != args_text:
-                raise RunConflictError(
-                    f"run {run_id!r} was started with other arguments ({record.args:.200}) than "
-                    f"given now ({args_text:.200}); resume it with engine.resume({run_id!r}) or "
-                    "choose a new run_id"
-                )
-            return await self._continue(wf, record, decoded_args)  # type: ignore[no-any-return]
+            if record is not None:
+                _check_not_cancelled(record)
+                if record.workflow != wf.name:
+                    raise RunConflictError(
+                        f"run {run_id!r} belongs to workflow {record.workflow!r}, not {wf.name!r}"
+                    )
+                if record.args != args_text:
+                    raise RunConflictError(
+                        f"run {run_id!r} was started with other arguments ({record.args:.200}) "
+                        f"than given now ({args_text:.200}); resume it with "
+                        f"engine.resume({run_id!r}) or choose a new run_id"
+                    )
+            now = utcnow()
+            # Given to the claim, which creates the run with its first lease if
+            # it is (still) not stored, or else claims the stored one, if it is
+            # the same workflow with the same arguments (a retry whose first
+            # attempt's create landed after all resumes it).
+            create = RunRecord(
+                run_id=run_id, workflow=wf.name, args=args_text, created_at=now, updated_at=now
+            )
+            return await self._continue(wf, record, decoded_args, create=create)  # type: ignore[no-any-return]
 
     def open_run(
         self,
@@ -271,8 +317,10 @@ class Engine:
 
         Raises:
             RunNotFoundError: no run with this id.
+            RunCancelledError: the run is cancelled (before any other check).
             WorkflowNotFoundError: its workflow is not registered here.
-            RunConflictError: *responses* were given for a finished run.
+            RunConflictError: *responses* were given for a finished run, or
+                another live owner holds the run's lease.
             UnknownRequestError: a response names no pending request.
             (and whatever :meth:`run` raises)
         """
@@ -283,11 +331,49 @@ class Engine:
                 record = await self._store.get_run(run_id)
             if record is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
+            _check_not_cancelled(record)
             provided = self._check_responses(record, responses) if responses else {}
             wf = self._find_workflow(record)
             return await self._continue(
                 wf, record, self._decode_args(wf, record), provided=provided
             )
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel the run *run_id*, wherever it executes; ``cancelled`` is final.
+
+        Returns once the cancel is recorded; it does not wait for a remote
+        owner. A run executing in this engine is told at once; one executing
+        in another engine or process stops within one lease renewal interval
+        (``lease_ttl / 3``): its owner cancels it (completed steps' saves
+        drain, bounded by ``save_timeout``), stores ``cancelled``, and its
+        ``engine.run`` raises :class:`RunCancelledError`. A paused, failed or
+        interrupted run (no live owner) becomes ``cancelled`` at once. The
+        journal is kept; pending requests are cleared. Cancelling a cancelled
+        run does nothing.
+
+        A checkpoint; cancelling this call leaves the cancel recorded or not.
+
+        Raises:
+            RunNotFoundError: no run with this id.
+            RunConflictError: the run has completed (nothing changes).
+            StoreError: the store failed.
+        """
+        self._check_open()
+        with StoreErrors(f"cancelling run {run_id!r}"):
+            record = await self._store.get_run(run_id)
+            if record is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
+            takeover = None
+            if (
+                record.owner is not None
+                and record.lease_expires_at is not None
+                and owner_is_gone(record.owner)
+            ):
+                takeover = record.token  # its owner is gone: cancelled at once
+            stored = await self._store.cancel_run(run_id, takeover=takeover)
+        held = self._leases.held.get(run_id)
+        if held is not None and stored.cancel_requested and stored.token == held.token:
+            held.cancelled()
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The stored state of a run and its journal, or ``None`` for an unknown id.
@@ -359,7 +445,7 @@ class Engine:
             )
 
     @contextmanager
-    def _claimed(self, run_id: str) -> Iterator[None]:
+    def _active_here(self, run_id: str) -> Iterator[None]:
         """Mark *run_id* as executing in this engine for the block."""
         if run_id in self._active:
             raise RunConflictError(f"run {run_id!r} is already executing in this engine")
@@ -423,6 +509,11 @@ class Engine:
             wf: Workflow[..., Any] | None = self._find_workflow(record)
         except WorkflowNotFoundError:
             wf = None  # not defined here: the result is shown as stored (JSON values)
+        executing = (
+            record.owner is not None
+            and record.lease_expires_at is not None
+            and not owner_is_gone(record.owner)
+        )
         return RunInfo(
             run_id=record.run_id,
             workflow=record.workflow,
@@ -433,62 +524,100 @@ class Engine:
             entries=entries,
             created_at=record.created_at,
             updated_at=record.updated_at,
+            owner=record.owner,
+            lease_expires_at=record.lease_expires_at if executing else None,
+            executing=executing,
+            cancel_requested=record.cancel_requested,
         )
 
     async def _continue(
         self,
         wf: Workflow[..., Any],
-        record: RunRecord,
+        current: RunRecord | None,
         args: tuple[Any, ...],
         *,
+        create: RunRecord | None = None,
         provided: dict[str, Any] | None = None,
     ) -> Any:
-        if record.status is RunStatus.COMPLETED:
-            return self._decode_result(record, wf)
-        original = record
-        with self._claimed(record.run_id):
-            journal: dict[str, Entry] = {}
-            with StoreErrors(f"loading the journal of run {record.run_id!r}"):
-                entries = await self._store.load_entries(record.run_id)
-            for entry in entries:
-                if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
-                    # The first completed record of a key is the one the
-                    # workflow saw; a later duplicate (a save retried after an
-                    # unclear failure) carries the same call.
-                    journal.setdefault(entry.key, entry)
-            if record.status is not RunStatus.RUNNING:
-                record = attrs.evolve(
-                    record, status=RunStatus.RUNNING, error=None, requests=(), updated_at=utcnow()
-                )
-                with StoreErrors(f"marking run {record.run_id!r} running"):
-                    await self._store.update_run(record)
+        """Claim the run (read as *current*, or created from *create*) and execute it."""
+        if current is not None and current.status is RunStatus.COMPLETED:
+            return self._decode_result(current, wf)
+        run_id = current.run_id if current is not None else create.run_id  # type: ignore[union-attr]
+        with self._active_here(run_id):
+            with StoreErrors(f"claiming run {run_id!r}"):
+                record = await self._leases.claim(run_id, current=current, create=create)
+            if record.status is RunStatus.COMPLETED:  # it completed since it was read
+                return self._decode_result(record, wf)
             return await self._execute(
-                wf, record, args, journal, provided=provided or {}, original=original
+                wf, record, args, provided=provided or {}, original=current or record
             )
+
+    async def _load_journal(self, run_id: str) -> dict[str, Entry]:
+        journal: dict[str, Entry] = {}
+        with StoreErrors(f"loading the journal of run {run_id!r}"):
+            entries = await self._store.load_entries(run_id)
+        for entry in entries:
+            if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
+                # The first completed record of a key is the one the
+                # workflow saw; a later duplicate (a save retried after an
+                # unclear failure) carries the same call.
+                journal.setdefault(entry.key, entry)
+        return journal
 
     async def _execute(
         self,
         wf: Workflow[..., Any],
         record: RunRecord,
         args: tuple[Any, ...],
-        journal: dict[str, Entry],
         *,
-        provided: dict[str, Any] | None = None,
-        original: RunRecord | None = None,
+        provided: dict[str, Any],
+        original: RunRecord,
     ) -> Any:
+        """Execute the claimed run *record*, holding its lease throughout."""
         state = RunState(
             run_id=record.run_id,
             workflow=wf.name,
             store=self._store,
             hooks=self._hooks,
             save_timeout=self._save_timeout,
-            journal=journal,
-            provided=provided or {},
+            journal={},
+            provided=provided,
             observer=take_observer(),
+            token=record.token,
         )
-        ex = _Execution(
-            state=state, workflow=wf, args=args, record=record, original=original or record
-        )
+        ex = _Execution(state=state, workflow=wf, args=args, record=record, original=original)
+
+        def lose(exc: LeaseLostError) -> None:
+            # Like a caller cancellation: the watcher cuts saves short and
+            # nothing more is written; engine.run raises *exc*.
+            if ex.lost is None and not ex.released:
+                ex.lost = exc
+                ex.lease_scope.cancel()
+
+        state.lose = lose
+        self._leases.hold(record.run_id, record.token, lost=lose, cancelled=state.request_cancel)
+        ending: BaseException | None = None
+        try:
+            with ex.lease_scope:
+                state.journal = await self._load_journal(record.run_id)
+                return await self._watch(ex)
+        except BaseException as exc:
+            ending = exc
+            raise
+        finally:
+            self._leases.drop(record.run_id)
+            if not ex.released and ex.lost is None and _releasable(ending):
+                # No status was written (a caller cancellation, a store that
+                # failed): release the lease without holding up the caller.
+                self._leases.release_later(attrs.evolve(ex.record, owner=None, updated_at=utcnow()))
+            del ending
+        # Only a lost lease makes the lease scope catch a cancellation.
+        assert ex.lost is not None
+        raise ex.lost
+
+    async def _watch(self, ex: _Execution) -> Any:
+        """Run the execution's guard nursery; the calling task is its watcher."""
+        state, record = ex.state, ex.record
         caller_exc: BaseException | None = None
         try:
             async with trio.open_nursery() as guard:
@@ -524,12 +653,16 @@ class Engine:
         try:
             async with trio.open_nursery() as run_nursery:
                 state.run_scope = run_nursery.cancel_scope
+                if state.cancel_requested:
+                    run_nursery.cancel_scope.cancel()
                 run_nursery.start_soon(
                     self._workflow_task, ex, name=f"tether workflow {state.run_id}"
                 )
                 state.task_started()
             if state.aborted is not None:
                 await self._undo(ex, state.aborted)
+            elif state.cancel_requested and not ex.finished:
+                await self._cancelled(ex)
             elif not ex.finished:
                 # Only a settlement cancels the run nursery and leaves the
                 # workflow unfinished.
@@ -579,6 +712,7 @@ class Engine:
                 status=RunStatus.COMPLETED,
                 result=ex.result_text,
                 error=None,
+                owner=None,
                 updated_at=utcnow(),
             )
         else:
@@ -586,12 +720,13 @@ class Engine:
                 ex.record,
                 status=RunStatus.FAILED,
                 error=error_info(ex.error),
+                owner=None,
                 updated_at=utcnow(),
             )
         try:
-            what = f"storing the final status of run {state.run_id!r}"
-            with StoreErrors(what):
-                await state.shielded(what, self._store.update_run, record)
+            await self._store_status(
+                ex, record, f"storing the final status of run {state.run_id!r}"
+            )
         except Exception as exc:
             if ex.error is not None:
                 ex.error.add_note(
@@ -610,13 +745,12 @@ class Engine:
             requests=tuple(request_to_json(r) for r in requests),
             result=None,
             error=None,
+            owner=None,
             updated_at=utcnow(),
         )
         outcome: Exception = Paused(state.run_id, requests)
-        what = f"storing run {state.run_id!r} as paused"
         try:
-            with StoreErrors(what):
-                await state.shielded(what, self._store.update_run, record)
+            await self._store_status(ex, record, f"storing run {state.run_id!r} as paused")
         except Exception as exc:
             outcome = exc  # not stored as paused: resuming pauses it again
         await self._run_end_hook(ex, outcome)
@@ -627,13 +761,61 @@ class Engine:
         state = ex.state
         assert isinstance(error, Exception)
         what = f"restoring run {state.run_id!r} as it was"
+        # As it was, but written with this execution's token, and released.
+        record = attrs.evolve(ex.original, owner=None, token=ex.record.token)
         try:
-            with StoreErrors(what):
-                await state.shielded(what, self._store.update_run, ex.original)
+            await self._store_status(ex, record, what)
         except Exception as exc:
             error.add_note(f"tether: {what} failed too: {exc!r}; resume it to pause it again")
         await self._run_end_hook(ex, error)
         ex.error = error
+
+    async def _cancelled(self, ex: _Execution) -> None:
+        """A recorded cancel stopped the run: store ``cancelled``; raise RunCancelledError."""
+        state = ex.state
+        record = attrs.evolve(
+            ex.record,
+            status=RunStatus.CANCELLED,
+            requests=(),
+            result=None,
+            error=None,
+            owner=None,
+            cancel_requested=True,
+            updated_at=utcnow(),
+        )
+        outcome: Exception = RunCancelledError(
+            f"run {state.run_id!r} was cancelled (engine.cancel) while it executed here; "
+            "its completed steps keep their records"
+        )
+        try:
+            await self._store_status(ex, record, f"storing run {state.run_id!r} as cancelled")
+        except Exception as exc:
+            outcome = exc
+        await self._run_end_hook(ex, outcome)
+        ex.error = outcome
+
+    async def _store_status(self, ex: _Execution, record: RunRecord, what: str) -> None:
+        """Write the run's status and release its lease, in one fenced, shielded write.
+
+        A ``failed`` or ``paused`` outcome that the store turned into
+        ``cancelled`` (a cancel was recorded meanwhile) makes the run's
+        outcome :class:`RunCancelledError`.
+        """
+        with StoreErrors(what):
+            stored = await ex.state.shielded(what, self._store.update_run, record)
+        ex.released = True
+        if (
+            stored is not None
+            and stored.status is RunStatus.CANCELLED
+            and record.status is not RunStatus.CANCELLED
+        ):
+            cancelled = RunCancelledError(
+                f"run {ex.state.run_id!r} was cancelled (engine.cancel) while it executed "
+                f"here; it is stored as cancelled instead of {record.status}"
+            )
+            if ex.error is not None:
+                cancelled.__context__ = ex.error
+            ex.error = cancelled
 
     async def _run_end_hook(self, ex: _Execution, exc: BaseException | None) -> None:
         if self._hooks.has("on_run_end"):
@@ -648,6 +830,7 @@ async def open_engine(
     *,
     hooks: Sequence[object] = (),
     save_timeout: float = 30.0,
+    lease_ttl: float = 15.0,
 ) -> AsyncIterator[Engine]:
     """Open *store* and yield an :class:`Engine` that runs workflows on it.
 
@@ -666,6 +849,16 @@ async def open_engine(
             holding a failing run forever; a save that overruns fails with
             :class:`SaveTimeoutError`. Must be positive; ``math.inf``
             disables the bound.
+        lease_ttl: seconds a run's lease lasts without renewal. The engine
+            claims each run before executing it and renews all its leases
+            in one store call every ``lease_ttl / 3``, in a task this block
+            owns. A run whose lease is lost stops with
+            :class:`LeaseLostError`; a crashed owner's runs can be taken over
+            once its lease expires (at once on the same machine when its
+            process is gone). Must be positive.
+
+    Leaving the block ends this engine's leases (best effort, bounded by
+    ``save_timeout``), so another engine can take its runs over at once.
     """
     if not isinstance(store, Store):
         raise UsageError(
@@ -678,10 +871,63 @@ async def open_engine(
         or save_timeout <= 0
     ):
         raise UsageError(f"save_timeout must be a positive number of seconds, not {save_timeout!r}")
-    engine = Engine(store, hooks=hooks, save_timeout=save_timeout)
+    if (
+        not isinstance(lease_ttl, int | float)
+        or isinstance(lease_ttl, bool)
+        or not 0 < lease_ttl < math.inf
+    ):
+        raise UsageError(
+            f"lease_ttl must be a positive, finite number of seconds, not {lease_ttl!r}"
+        )
+    missing = [m for m in _LEASE_METHODS if not callable(getattr(store, m, None))]
+    if missing:
+        raise UsageError(
+            f"{store!r} lacks the lease methods {', '.join(missing)} of tether.stores.Store: "
+            "a store (or a wrapper of one) must provide claim, renew and cancel_run, and "
+            "pass tether.testing.check_store"
+        )
+    engine = Engine(store, hooks=hooks, save_timeout=save_timeout, lease_ttl=lease_ttl)
     await store.open()
+    engine_opened(engine._engine_id)
     try:
-        yield engine
+        manager = trio.open_nursery()
+        nursery = await manager.__aenter__()
+        try:
+            # Named without the owner's random id: seeded schedule traces name tasks.
+            nursery.start_soon(engine._leases.run, name="tether leases")
+            try:
+                yield engine
+            finally:
+                engine._closed = True
+                await engine._leases.close()
+        finally:
+            nursery.cancel_scope.cancel()
+            await exit_nursery(manager)
     finally:
-        engine._closed = True
+        engine_closed(engine._engine_id)
         await store.close()
+
+
+_LEASE_METHODS = ("claim", "renew", "cancel_run")
+
+
+def _releasable(exc: BaseException | None) -> bool:
+    """Whether an execution that ended with *exc* releases its lease.
+
+    After an outcome, an error or a cancellation, yes. Not after what ends
+    the process (KeyboardInterrupt, SystemExit, a simulated crash): a
+    process that is going away writes nothing more, and its lease expires
+    (on this machine, it is taken over at once once the process is gone).
+    """
+    if exc is None:
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_releasable(e) for e in exc.exceptions)
+    return isinstance(exc, Exception | trio.Cancelled)
+
+
+def _check_not_cancelled(record: RunRecord) -> None:
+    if record.status is RunStatus.CANCELLED:
+        raise RunCancelledError(
+            f"run {record.run_id!r} is cancelled; it never executes again (start a new run)"
+        )

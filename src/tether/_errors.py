@@ -6,13 +6,17 @@ the step key and, for files, the path, and say what to do next.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = (
     "CheckpointCorruptError",
     "CodecError",
     "InvalidResponseError",
     "InvariantViolation",
+    "LeaseLostError",
     "NonDeterminismError",
     "NotInRunError",
+    "RunCancelledError",
     "RunConflictError",
     "RunNotFoundError",
     "SaveTimeoutError",
@@ -89,9 +93,51 @@ class WorkflowNotFoundError(TetherError, LookupError):
 class RunConflictError(TetherError):
     """The run cannot be started or resumed in the requested way.
 
-    Raised when a run id is already executing in this engine, when ``run()``
-    names an existing run id with other arguments or another workflow, or when
-    responses are sent to a run that has finished. Nothing stored is changed.
+    Raised when another live owner (an engine in this or another process)
+    holds the run's lease, when a run id is already executing in this engine,
+    when ``run()`` names an existing run id with other arguments or another
+    workflow, when responses are sent to a run that has finished, or when a
+    completed run is cancelled. Raised before anything executed: nothing
+    stored is changed. Retrying is safe; for a held lease, it succeeds once
+    the owner releases the run or its lease expires.
+
+    Attributes:
+        owner: the lease holder (``host:pid:engine-id``) when the conflict is
+            a held lease, else ``None``.
+        expires_at: when that lease expires, on the store's clock, if known.
+    """
+
+    def __init__(
+        self, message: str, *, owner: str | None = None, expires_at: datetime | None = None
+    ) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class LeaseLostError(TetherError):
+    """This engine held a run's lease and lost it while executing the run.
+
+    Raised by ``engine.run``/``engine.resume`` (promptly: the run is cut short
+    like a caller cancellation, and nothing more is written) when a renewal or
+    a fenced write was refused because another owner took the run over, or
+    when no renewal succeeded for ``lease_ttl`` (the process was paused, the
+    store was unreachable). Stores raise it for a write whose fencing token is
+    not the run's current one; that write stored nothing.
+
+    Whether to retry: the run now belongs to its new owner (or to nobody,
+    when the lease just expired); resuming it here raises
+    :class:`RunConflictError` while another owner holds it.
+    """
+
+
+class RunCancelledError(TetherError):
+    """The run is, or became, ``cancelled`` (``engine.cancel``).
+
+    Raised by ``engine.run``/``engine.resume`` of a cancelled run before any
+    other check, having executed nothing, and by an executing run that was
+    cancelled (its completed steps keep their records). ``cancelled`` is
+    final: retrying raises the same error; start a new run instead.
     """
 
 

@@ -366,6 +366,7 @@ class Stream(Generic[T]):
             args_digest=self._digest,
             started_at=self._started_at,
             finished_at=utcnow(),
+            token=self._run.token,
         )
 
     async def _journal_completed(self) -> None:

@@ -7,7 +7,7 @@ import inspect
 import math
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, final, overload
+from typing import Any, ClassVar, Generic, NoReturn, ParamSpec, TypeVar, final, overload
 
 import attrs
 
@@ -50,6 +50,8 @@ class Step(Generic[P, R_co]):
     name: str
     signature: Signature = attrs.field(repr=False)
     retries: int = 0
+    #: marks steps for ``parallel().start_soon`` (see ``_context.STEP_MARKER``)
+    _tether_is_step: ClassVar[bool] = True
     timeout: float | None = None
     key: str | None = None  #: a fixed key set by :meth:`with_key`
 

@@ -5,9 +5,11 @@ Layout::
     <directory>/
         <run_id>/
             run.json                  RunRecord.to_json()
+            .lock                     flock()ed by every write about the run
             entries/
                 000000000001.json     Entry.to_json(), one file per journal entry
                 000000000002.json
+        .owners/<owner>.json          a lease holder's expiry (one file per owner)
         .tmp-<random>/                a run being created (ignored by reads)
 
 Every file is written atomically: to a unique temporary name in the same
@@ -18,21 +20,33 @@ whole prepared folder for a new run), and the folder is fsynced. An entry's
 another writer (another process) took that number first: the writer then
 tries the next one, so processes sharing the folder never overwrite each
 other.
+
+Every write about a run (an append, a record update, a claim, a cancel)
+holds an exclusive ``flock`` on the run's ``.lock`` file while it reads the
+run's token and writes, so the fencing check and the write are one atomic
+step for every process (a lock dies with its process). Leases are per owner:
+renewing an engine's leases rewrites one small file, however many runs it
+holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import json
 import os
 import re
 import stat
 import threading
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
 
+import attrs
 import trio
 
 from .._errors import (
@@ -43,12 +57,23 @@ from .._errors import (
     TetherError,
     UsageError,
 )
+from ._leases import (
+    check_append,
+    check_owner,
+    check_ttl,
+    decide_cancel,
+    decide_claim,
+    fenced_update,
+    renewal,
+)
 from ._protocol import (
     Entry,
     RecordDecodeError,
+    Renewal,
     RunRecord,
     RunStatus,
     dumps_record,
+    first_gap,
     load_entry,
     load_run_record,
 )
@@ -63,6 +88,11 @@ MAX_RUN_ID_BYTES: Final = 200
 _RUN_FILE = "run.json"
 _ENTRIES = "entries"
 _TEMP = ".tmp-"
+_LOCK = ".lock"
+_OWNERS = ".owners"
+#: How long a write waits for another process's lock on a run, in seconds.
+_LOCK_TIMEOUT: Final = 10.0
+_LOCK_POLL: Final = 0.002
 _ENTRY_NAME = re.compile(r"([0-9]{12})\.json")
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -95,6 +125,10 @@ def check_run_id(run_id: object) -> str:
             "(run ids become folder names and must stay inside the store's directory)"
         )
     return run_id
+
+
+def _time_of(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, UTC)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -240,10 +274,12 @@ class FileStore:
             StoreError: the file system failed.
         """
         run_id = check_run_id(record.run_id)
-        data = dumps_record(record.to_json()).encode("utf-8")
-        await self._call(f"creating run {run_id!r}", self._create_sync, run_id, data)
+        await self._call(f"creating run {run_id!r}", self._create_sync, record)
 
-    def _create_sync(self, run_id: str, data: bytes) -> None:
+    def _create_sync(self, record: RunRecord) -> None:
+        """Publish the run's folder whole, or raise RunConflictError if it exists."""
+        run_id = record.run_id
+        data = dumps_record(record.to_json()).encode("utf-8")
         final = self._root / run_id
         if os.path.lexists(final):
             raise RunConflictError(f"run {run_id!r} already exists in {self!r}")
@@ -269,7 +305,7 @@ class FileStore:
             raise
         _fsync_dir(self._root)
 
-    async def update_run(self, record: RunRecord) -> None:
+    async def update_run(self, record: RunRecord) -> RunRecord:
         """Replace ``run.json`` atomically (``os.replace``).
 
         Raises:
@@ -279,27 +315,201 @@ class FileStore:
             StoreError: the file system failed.
         """
         run_id = check_run_id(record.run_id)
-        data = dumps_record(record.to_json()).encode("utf-8")
-        finished = record.status is RunStatus.COMPLETED
-        await self._call(f"updating run {run_id!r}", self._update_sync, run_id, data, finished)
+        result: RunRecord = await self._call(f"updating run {run_id!r}", self._update_sync, record)
+        return result
 
-    def _update_sync(self, run_id: str, data: bytes, finished: bool) -> None:
-        folder = self._run_dir(run_id)
-        if folder is None:
-            raise RunNotFoundError(f"run {run_id!r} is not stored in {self!r}")
-        if finished:
-            # A completed run takes no more entries: drop what was cached for
-            # its appends (it is read back from disk if one comes after all).
-            with self._run_lock(run_id):
-                self._ids.pop(run_id, None)
-                self._next.pop(run_id, None)
-        temp = _write_temp(folder, data)
+    def _update_sync(self, record: RunRecord) -> RunRecord:
+        run_id = record.run_id
+        with self._locked(run_id) as folder:
+            stored = fenced_update(self._read_run(run_id, folder), record)
+            self._replace_run(folder, stored)
+        return stored
+
+    def _replace_run(self, folder: Path, record: RunRecord) -> None:
+        """Write *record* as the run's ``run.json`` (under the run's lock)."""
+        if record.status is not RunStatus.RUNNING:
+            # A run that is not executing takes no more entries now: drop what
+            # was cached for its appends (read back from disk if needed).
+            with self._run_lock(record.run_id):
+                self._ids.pop(record.run_id, None)
+                self._next.pop(record.run_id, None)
+        temp = _write_temp(folder, dumps_record(record.to_json()).encode("utf-8"))
         try:
             os.replace(temp, folder / _RUN_FILE)
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
         _fsync_dir(folder)
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        """Take the run's lease, under the run's lock (see :meth:`Store.claim`).
+
+        A run created by the claim is published whole (with its first lease),
+        as :meth:`create_run` publishes one.
+
+        Raises:
+            RunConflictError, RunCancelledError, RunNotFoundError: see the protocol.
+            StoreError: the file system failed, or another process held the
+                run's lock for too long.
+        """
+        check_run_id(run_id)
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        result: RunRecord = await self._call(
+            f"claiming run {run_id!r}", self._claim_sync, run_id, owner, ttl, create, takeover
+        )
+        return result
+
+    def _claim_sync(
+        self, run_id: str, owner: str, ttl: float, create: RunRecord | None, takeover: int | None
+    ) -> RunRecord:
+        expires = time.time() + ttl
+        if create is not None and self._run_dir(run_id) is None:
+            decision = decide_claim(None, run_id=run_id, owner=owner, create=create)
+            assert decision.store is not None
+            self._write_owner(owner, expires)  # live before the run is visible
+            with contextlib.suppress(RunConflictError):  # created meanwhile: claim it
+                self._create_sync(decision.store)
+                return attrs.evolve(decision.store, lease_expires_at=_time_of(expires))
+        with self._locked(run_id) as folder:
+            decision = decide_claim(
+                self._read_run(run_id, folder),
+                run_id=run_id,
+                owner=owner,
+                create=create,
+                takeover=takeover,
+            )
+            if decision.store is not None:
+                if decision.error is None:
+                    self._write_owner(owner, expires)
+                self._replace_run(folder, decision.store)
+        if decision.error is not None:
+            raise decision.error
+        assert decision.result is not None
+        if decision.store is None:
+            return decision.result
+        return attrs.evolve(decision.result, lease_expires_at=_time_of(expires))
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        """Rewrite *owner*'s lease file (one write), and read the held runs' tokens.
+
+        Raises:
+            StoreError: the file system failed.
+            CheckpointCorruptError: a held run's record cannot be read.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        result: Renewal = await self._call(
+            f"renewing the leases of {owner}", self._renew_sync, owner, ttl, dict(held)
+        )
+        return result
+
+    def _renew_sync(self, owner: str, ttl: float, held: dict[str, int]) -> Renewal:
+        if ttl:
+            self._write_owner(owner, time.time() + ttl)
+        else:
+            (self._root / _OWNERS / f"{owner}.json").unlink(missing_ok=True)
+        mine: dict[str, tuple[int, bool]] = {}
+        for run_id in held:
+            folder = self._run_dir(run_id)
+            if folder is None:
+                continue
+            record = self._read_run(run_id, folder, lease=False)
+            if record.owner == owner:
+                mine[run_id] = (record.token, record.cancel_requested)
+        return renewal(mine, held)
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        """Record a cancel, under the run's lock (see :meth:`Store.cancel_run`).
+
+        Raises:
+            RunNotFoundError, RunConflictError: see the protocol.
+            StoreError: the file system failed.
+        """
+        check_run_id(run_id)
+        result: RunRecord = await self._call(
+            f"cancelling run {run_id!r}", self._cancel_sync, run_id, takeover
+        )
+        return result
+
+    def _cancel_sync(self, run_id: str, takeover: int | None) -> RunRecord:
+        if self._run_dir(run_id) is None:
+            decide_cancel(None, run_id=run_id)  # raises RunNotFoundError
+        with self._locked(run_id) as folder:
+            current = self._read_run(run_id, folder)
+            record = decide_cancel(current, run_id=run_id, takeover=takeover)
+            if record is None:
+                return current
+            self._replace_run(folder, record)
+            return record
+
+    # -- leases ------------------------------------------------------------------------
+
+    def _write_owner(self, owner: str, expires: float) -> None:
+        """Publish *owner*'s lease expiry (not fsynced: a lease does not outlive a crash)."""
+        folder = self._root / _OWNERS
+        folder.mkdir(exist_ok=True)
+        data = json.dumps({"owner": owner, "expires": expires}).encode("utf-8")
+        temp = folder / f"{_TEMP}{uuid.uuid4().hex}.json"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(temp, folder / f"{owner}.json")
+
+    def _owner_expiry(self, owner: str) -> float | None:
+        """When *owner*'s leases expire (Unix time), or ``None`` if it has no lease file."""
+        path = self._root / _OWNERS / f"{owner}.json"
+        try:
+            data = json.loads(self._read_file(owner, path))
+            expires = data["expires"]
+            if data["owner"] != owner or not isinstance(expires, float | int):
+                raise ValueError(f"not the lease of {owner}")
+        except CheckpointCorruptError as exc:
+            if not path.exists():
+                return None
+            raise CheckpointCorruptError(f"lease of owner {owner}: {exc}") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointCorruptError(f"lease file {path} cannot be read: {exc}") from None
+        return float(expires)
+
+    @contextlib.contextmanager
+    def _locked(self, run_id: str) -> Iterator[Path]:
+        """Hold the run's ``flock`` (every process respects it); yield its folder.
+
+        Raises:
+            RunNotFoundError: no such run.
+            StoreError: another process held the lock for :data:`_LOCK_TIMEOUT`.
+        """
+        folder = self._run_dir(run_id)
+        if folder is None:
+            raise RunNotFoundError(f"run {run_id!r} is not stored in {self!r}")
+        fd = os.open(folder / _LOCK, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
+        try:
+            deadline = time.monotonic() + _LOCK_TIMEOUT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StoreError(
+                            f"run {run_id!r}: {folder / _LOCK} was held by another process "
+                            f"for {_LOCK_TIMEOUT:.0f} s (is one stopped?)"
+                        ) from None
+                    time.sleep(_LOCK_POLL)
+            yield folder
+        finally:
+            os.close(fd)  # releases the lock
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run record, or ``None`` for an unknown id. A checkpoint.
@@ -365,12 +575,11 @@ class FileStore:
         return result
 
     def _append_sync(self, run_id: str, entries: list[Entry]) -> list[Entry]:
-        with self._run_lock(run_id):
-            folder = self._run_dir(run_id)
-            if folder is None:
-                raise RunNotFoundError(
-                    f"cannot append to run {run_id!r}: it is not stored in {self!r}"
-                )
+        if self._run_dir(run_id) is None:
+            raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
+        with self._locked(run_id) as folder, self._run_lock(run_id):
+            run = self._read_run(run_id, folder, lease=False)
+            check_append(run_id, entries, token=run.token, owner=run.owner)
             ids = self._ids.get(run_id)
             if ids is None:
                 journal = self._load_sync(run_id)
@@ -446,11 +655,12 @@ class FileStore:
         except OSError as exc:
             raise self._corrupt(run_id, entries_dir, f"cannot be listed: {exc}") from None
         found.sort()
+        gap = first_gap([seq for seq, _ in found])
+        if gap is not None:
+            missing = entries_dir / f"{gap:012d}.json"
+            raise self._corrupt(run_id, missing, f"entry seq {gap} is missing")
         journal: list[Entry] = []
-        for expected, (seq, path) in enumerate(found, 1):
-            if seq != expected:
-                missing = entries_dir / f"{expected:012d}.json"
-                raise self._corrupt(run_id, missing, f"entry seq {expected} is missing")
+        for seq, path in found:
             try:
                 journal.append(load_entry(self._read_file(run_id, path), run_id, seq))
             except RecordDecodeError as exc:
@@ -595,9 +805,15 @@ class FileStore:
         finally:
             os.close(fd)
 
-    def _read_run(self, run_id: str, folder: Path) -> RunRecord:
+    def _read_run(self, run_id: str, folder: Path, *, lease: bool = True) -> RunRecord:
+        """The run's record; with *lease*, its lease expiry filled while live."""
         path = folder / _RUN_FILE
         try:
-            return load_run_record(self._read_file(run_id, path), run_id)
+            record = load_run_record(self._read_file(run_id, path), run_id)
         except RecordDecodeError as exc:
             raise self._corrupt(run_id, path, str(exc)) from None
+        if lease and record.owner is not None:
+            expires = self._owner_expiry(record.owner)
+            if expires is not None and expires > time.time():
+                record = attrs.evolve(record, lease_expires_at=_time_of(expires))
+        return record

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import final
 
+import attrs
 import trio
 
 from .._errors import RunConflictError, RunNotFoundError
-from ._protocol import Entry, RunRecord
+from ._leases import (
+    check_append,
+    check_owner,
+    check_ttl,
+    decide_cancel,
+    decide_claim,
+    fenced_update,
+    renewal,
+)
+from ._protocol import Entry, Renewal, RunRecord
 
 __all__ = ("MemoryStore",)
 
@@ -23,10 +34,18 @@ class MemoryStore:
     nothing. ``append`` is idempotent (see :attr:`Entry.idempotency_key`).
     The store may be reopened after it was closed (its contents stay),
     which lets one store serve several engines in turn, as a durable store
-    would.
+    would, and it may be open in several engines of one process at once.
+
+    Args:
+        clock: the clock lease expiry is measured on, in seconds; Trio's
+            (``trio.current_time``) by default, so virtual time under a
+            ``MockClock`` expires leases. Lease times are shown as datetimes
+            that many seconds after the Unix epoch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = trio.current_time) -> None:
+        self._clock = clock
+        self._leases: dict[str, float] = {}  # owner -> when its leases expire
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[Entry]] = {}
         # run -> entry key -> the run's stored entries with that key (usually one)
@@ -49,25 +68,96 @@ class MemoryStore:
         self._journals[record.run_id] = []
         self._by_key[record.run_id] = {}
 
-    async def update_run(self, record: RunRecord) -> None:
+    async def update_run(self, record: RunRecord) -> RunRecord:
         await trio.lowlevel.checkpoint()
         if record.run_id not in self._runs:
             raise RunNotFoundError(f"run {record.run_id!r} is not stored in {self!r}")
-        self._runs[record.run_id] = record
+        stored = self._runs[record.run_id] = fenced_update(self._runs[record.run_id], record)
+        return stored
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
-        return self._runs.get(run_id)
+        record = self._runs.get(run_id)
+        return None if record is None else self._read(record)
 
     async def list_runs(self) -> Sequence[RunRecord]:
         await trio.lowlevel.checkpoint()
-        return list(self._runs.values())
+        return [self._read(r) for r in self._runs.values()]
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        await trio.lowlevel.checkpoint()
+        current = self._runs.get(run_id)
+        decision = decide_claim(
+            None if current is None else self._read(current),
+            run_id=run_id,
+            owner=owner,
+            create=create,
+            takeover=takeover,
+        )
+        if decision.store is not None:
+            self._runs[run_id] = decision.store
+            if decision.created:
+                self._journals[run_id] = []
+                self._by_key[run_id] = {}
+        if decision.error is not None:
+            raise decision.error
+        assert decision.result is not None
+        if decision.store is None:
+            return decision.result
+        self._leases[owner] = self._clock() + ttl
+        return self._read(decision.result)
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        await trio.lowlevel.checkpoint()
+        if ttl:
+            self._leases[owner] = self._clock() + ttl
+        else:
+            self._leases.pop(owner, None)
+        mine = {
+            r: (run.token, run.cancel_requested)
+            for r in held
+            if (run := self._runs.get(r)) is not None and run.owner == owner
+        }
+        return renewal(mine, held)
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        await trio.lowlevel.checkpoint()
+        current = self._runs.get(run_id)
+        record = decide_cancel(
+            None if current is None else self._read(current), run_id=run_id, takeover=takeover
+        )
+        if record is not None:
+            self._runs[run_id] = record
+        return self._read(self._runs[run_id])
+
+    def _read(self, record: RunRecord) -> RunRecord:
+        """*record* with its lease expiry filled while the owner's lease is live."""
+        if record.owner is None:
+            return record
+        expires = self._leases.get(record.owner)
+        if expires is None or expires <= self._clock():
+            return record
+        return attrs.evolve(record, lease_expires_at=datetime.fromtimestamp(expires, UTC))
 
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
         await trio.lowlevel.checkpoint()
         journal = self._journals.get(run_id)
         if journal is None:
             raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
+        run = self._runs[run_id]
+        check_append(run_id, entries, token=run.token, owner=run.owner)
         by_key = self._by_key[run_id]
         stored: list[Entry] = []
         for entry in entries:
@@ -104,6 +194,7 @@ def _fields(entry: Entry) -> tuple[object, ...]:
         entry.started_at,
         entry.finished_at,
         entry.attempt,
+        entry.token,
     )
 
 

@@ -24,16 +24,21 @@ __all__ = (
     "EntryStatus",
     "ErrorInfo",
     "RecordDecodeError",
+    "Renewal",
     "RunRecord",
     "RunStatus",
     "Store",
     "dumps_record",
+    "entry_checksum",
+    "first_gap",
     "loads_record",
     "utcnow",
 )
 
-#: Version of the record format; stored with every run.
-FORMAT_VERSION = 1
+#: Version of the record format; stored with every run. Version 2 added the
+#: lease fields of run records and the fencing token and checksum of entries;
+#: records and entries of version 1 stay readable.
+FORMAT_VERSION = 2
 
 
 def utcnow() -> datetime:
@@ -48,6 +53,7 @@ class RunStatus(enum.StrEnum):
     PAUSED = "paused"  #: waiting for responses to its pending requests
     COMPLETED = "completed"  #: finished with a result; never executes again
     FAILED = "failed"  #: finished with an error; resumable
+    CANCELLED = "cancelled"  #: cancelled by ``engine.cancel``; final, never executes again
 
 
 class EntryKind(enum.StrEnum):
@@ -117,29 +123,19 @@ class Entry:
     started_at: datetime
     finished_at: datetime
     attempt: int = 1  #: which attempt of the step (1 + retries used) produced this record
+    #: the fencing token of the execution that wrote it (0: written without a
+    #: lease); a store refuses an entry whose token is not the run's current one
+    token: int = 0
     seq: int | None = None
 
     def stored_as(self, seq: int) -> Entry:
         """A copy of this entry with its ``seq`` assigned (for stores)."""
-        return Entry(
-            run_id=self.run_id,
-            key=self.key,
-            kind=self.kind,
-            status=self.status,
-            value=self.value,
-            error=self.error,
-            args_digest=self.args_digest,
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            attempt=self.attempt,
-            seq=seq,
-        )
+        return attrs.evolve(self, seq=seq)
 
-    def to_json(self) -> dict[str, Any]:
-        """This entry as a JSON-ready dict."""
+    def _content(self) -> dict[str, Any]:
+        # Every field but seq (and the checksum derived from them all).
         return {
             "run_id": self.run_id,
-            "seq": self.seq,
             "key": self.key,
             "kind": self.kind.value,
             "status": self.status.value,
@@ -149,17 +145,34 @@ class Entry:
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat(),
             "attempt": self.attempt,
+            "token": self.token,
         }
+
+    def to_json(self) -> dict[str, Any]:
+        """This entry as a JSON-ready dict, with its :attr:`checksum` once stored."""
+        content = self._content()
+        data = {"run_id": content.pop("run_id"), "seq": self.seq}
+        data.update(content)
+        data["checksum"] = (
+            None if self.seq is None else entry_checksum(self.idempotency_key, self.seq)
+        )
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> Entry:
         """Decode what :meth:`to_json` made, strictly: every field present, of
-        its exact JSON type, nothing else; timestamps timezone-aware.
+        its exact JSON type, nothing else; timestamps timezone-aware; and the
+        stored checksum equal to the one of the decoded content.
+
+        Entries of format version 1 (no ``token``, no ``checksum``) are read
+        with token 0 and no checksum to verify.
 
         Raises:
-            RecordDecodeError: the data is not such an entry.
+            RecordDecodeError: the data is not such an entry, or its content
+                does not match its checksum (it changed after it was stored).
         """
-        d = _exact_fields(data, _ENTRY_FIELDS, "entry")
+        legacy = isinstance(data, dict) and "checksum" not in data and "token" not in data
+        d = _exact_fields(data, _ENTRY_FIELDS_V1 if legacy else _ENTRY_FIELDS, "entry")
         seq = d["seq"]
         if seq is not None and (type(seq) is not int or seq < 1):
             raise RecordDecodeError(f"entry field 'seq' must be a positive integer, not {seq!r}")
@@ -168,8 +181,13 @@ class Entry:
             raise RecordDecodeError(
                 f"entry field 'attempt' must be a positive integer, not {attempt!r}"
             )
+        token = 0 if legacy else d["token"]
+        if type(token) is not int or token < 0:
+            raise RecordDecodeError(
+                f"entry field 'token' must be a non-negative integer, not {token!r}"
+            )
         error = d["error"]
-        return cls(
+        entry = cls(
             run_id=_str(d, "run_id", "entry"),
             key=_str(d, "key", "entry"),
             kind=_enum(EntryKind, d, "kind", "entry"),
@@ -180,8 +198,18 @@ class Entry:
             started_at=_time(d, "started_at", "entry"),
             finished_at=_time(d, "finished_at", "entry"),
             attempt=attempt,
+            token=token,
             seq=seq,
         )
+        if not legacy:
+            checksum = d["checksum"]
+            expected = None if seq is None else entry_checksum(entry.idempotency_key, seq)
+            if checksum != expected:
+                raise RecordDecodeError(
+                    f"entry seq {seq} does not match its checksum ({checksum!r:.80}): "
+                    "its content changed after it was stored"
+                )
+        return entry
 
     @property
     def idempotency_key(self) -> str:
@@ -194,9 +222,25 @@ class Entry:
         same record twice. Two executions of a step never share a key: their
         timestamps differ.
         """
-        data = self.to_json()
-        del data["seq"]
-        return _idempotency_digest(data)
+        return _idempotency_digest(self._content())
+
+    @property
+    def checksum(self) -> str | None:
+        """The digest of every stored field, seq included (``None`` before it is stored).
+
+        Stored with the entry and verified on every strict read
+        (:func:`load_entry`), so an entry whose bytes changed is corrupt, not
+        replayed.
+        """
+        return None if self.seq is None else entry_checksum(self.idempotency_key, self.seq)
+
+
+def entry_checksum(idempotency_key: str, seq: int) -> str:
+    """The checksum of the entry with this :attr:`Entry.idempotency_key` stored as *seq*.
+
+    The idempotency key covers every field but ``seq``; this covers it too.
+    """
+    return hashlib.sha256(f"{idempotency_key}:{seq}".encode()).hexdigest()
 
 
 # ``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
@@ -227,10 +271,24 @@ class RunRecord:
     requests: tuple[str, ...] = ()  #: pending requests, JSON text each
     created_at: datetime
     updated_at: datetime
+    #: the lease holder (``host:pid:engine-id``); ``None`` once released
+    owner: str | None = None
+    #: the fencing token of the latest claim (0: never claimed); only grows.
+    #: A write of this record is refused unless it is the run's current token.
+    token: int = 0
+    #: ``engine.cancel`` was recorded while an owner executed the run
+    cancel_requested: bool = False
+    #: when the owner's lease expires, on the store's clock; filled by the
+    #: store on reads while the lease is live (``None`` when released or
+    #: expired), never stored from a write
+    lease_expires_at: datetime | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        """This record as a JSON-ready dict."""
+        """This record as a JSON-ready dict (without :attr:`lease_expires_at`, a reading).
+
+        Always in the current format version.
+        """
         return {
             "run_id": self.run_id,
             "workflow": self.workflow,
@@ -241,7 +299,10 @@ class RunRecord:
             "requests": list(self.requests),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
-            "format_version": self.format_version,
+            "owner": self.owner,
+            "token": self.token,
+            "cancel_requested": self.cancel_requested,
+            "format_version": FORMAT_VERSION,
         }
 
     @classmethod
@@ -252,12 +313,22 @@ class RunRecord:
             RecordDecodeError: the data is not such a record, or its
                 ``format_version`` is not one this version of tether reads.
         """
-        d = _exact_fields(data, _RUN_FIELDS, "run record")
-        version = d["format_version"]
+        version = data.get("format_version") if isinstance(data, dict) else None
         if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
             raise RecordDecodeError(
                 f"run record has format_version {version!r}; this tether reads "
                 f"1 to {FORMAT_VERSION} (a newer tether wrote it?)"
+            )
+        d = _exact_fields(data, _RUN_FIELDS_V1 if version == 1 else _RUN_FIELDS, "run record")
+        token = d.get("token", 0)
+        if type(token) is not int or token < 0:
+            raise RecordDecodeError(
+                f"run record field 'token' must be a non-negative integer, not {token!r}"
+            )
+        cancel = d.get("cancel_requested", False)
+        if type(cancel) is not bool:
+            raise RecordDecodeError(
+                f"run record field 'cancel_requested' must be a boolean, not {cancel!r}"
             )
         requests = d["requests"]
         if not isinstance(requests, list) or not all(type(r) is str for r in requests):
@@ -275,13 +346,27 @@ class RunRecord:
             requests=tuple(requests),
             created_at=_time(d, "created_at", "run record"),
             updated_at=_time(d, "updated_at", "run record"),
+            owner=_opt_str(d, "owner", "run record") if "owner" in d else None,
+            token=token,
+            cancel_requested=cancel,
             format_version=version,
         )
 
 
+@final
+@attrs.frozen(kw_only=True)
+class Renewal:
+    """What :meth:`Store.renew` found about the runs an owner said it holds."""
+
+    #: runs whose lease the owner no longer holds (another token or owner now)
+    lost: frozenset[str] = frozenset()
+    #: held runs with a recorded cancel (``engine.cancel`` from anywhere)
+    cancelled: frozenset[str] = frozenset()
+
+
 # -- strict record decoding, shared by the stores that persist JSON ------------------------
 
-_ENTRY_FIELDS = (
+_ENTRY_FIELDS_V1 = (
     "run_id",
     "seq",
     "key",
@@ -294,7 +379,8 @@ _ENTRY_FIELDS = (
     "finished_at",
     "attempt",
 )
-_RUN_FIELDS = (
+_ENTRY_FIELDS = (*_ENTRY_FIELDS_V1, "token", "checksum")
+_RUN_FIELDS_V1 = (
     "run_id",
     "workflow",
     "args",
@@ -306,6 +392,7 @@ _RUN_FIELDS = (
     "updated_at",
     "format_version",
 )
+_RUN_FIELDS = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -388,6 +475,18 @@ def load_entry(text: str | bytes, run_id: str, seq: int) -> Entry:
     return entry
 
 
+def first_gap(seqs: Sequence[int]) -> int | None:
+    """The first seq missing from ``1, 2, 3, ...`` in the sorted *seqs*, else ``None``.
+
+    A journal's seqs have no gaps: a missing one below the highest means an
+    entry was lost, and its journal is corrupt (stores' strict read).
+    """
+    for expected, seq in enumerate(seqs, 1):
+        if seq != expected:
+            return expected
+    return None
+
+
 def _exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordDecodeError(f"{what} must be a JSON object, not {type(data).__name__}")
@@ -464,11 +563,68 @@ class Store(Protocol):
             RunConflictError: a run with this id exists.
         """
 
-    async def update_run(self, record: RunRecord) -> None:
-        """Replace an existing run record (status, result, error, requests).
+    async def update_run(self, record: RunRecord) -> RunRecord | None:
+        """Replace an existing run record (status, result, error, requests, owner).
+
+        Fenced: in the same atomic step as the write, the store checks the
+        record's ``token`` against the run's (see :func:`fenced_update
+        <tether.stores.fenced_update>`, which also keeps a recorded cancel).
+        Returns the record as stored (the engine tolerates ``None``).
 
         Raises:
             RunNotFoundError: no run with this id.
+            LeaseLostError: the token is not the run's current one; nothing
+                was written.
+        """
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        """Take the run's lease for *owner* for *ttl* seconds, in one atomic step.
+
+        Reads the run (with its lease), decides with :func:`decide_claim
+        <tether.stores.decide_claim>`, writes what it decided, and sets
+        *owner*'s lease expiry to now + *ttl* on the store's clock. With
+        *create*, a run that is not stored is created already claimed (token
+        1). *takeover* is a token whose holder the caller knows to be dead: a
+        live lease with exactly that token does not block the claim.
+
+        Returns the claimed record (new token, ``lease_expires_at`` set), or,
+        for a completed run, the stored record unchanged.
+
+        Raises:
+            RunConflictError: another owner holds a live lease (naming it and
+                its expiry), or *create* differs from the stored run.
+            RunCancelledError: the run is cancelled or has a recorded cancel.
+            RunNotFoundError: no such run and no *create*.
+        """
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        """Extend every lease of *owner* to now + *ttl*: one write, however many runs.
+
+        *held* maps the runs the owner executes to their tokens. Returns which
+        of them were lost (another token or owner now) and which have a
+        recorded cancel. ``ttl=0`` ends the owner's leases now (an engine
+        closing).
+        """
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        """Record a cancel of the run (the one write without a token).
+
+        Decided by :func:`decide_cancel <tether.stores.decide_cancel>` in one
+        atomic step: a run held by a live owner gets ``cancel_requested`` (its
+        owner stops it); any other unfinished run becomes ``cancelled`` at
+        once, its requests cleared. Returns the stored record.
+
+        Raises:
+            RunNotFoundError: no run with this id.
+            RunConflictError: the run has completed (nothing changes).
         """
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -492,9 +648,19 @@ class Store(Protocol):
         tell which (a write already handed to a thread), retrying the same
         entries is safe.
 
+        Fenced: every entry's ``token`` must be the run's current one, checked
+        in the same atomic step as the write (:func:`check_append
+        <tether.stores.check_append>`).
+
         Raises:
             RunNotFoundError: no run with this id.
+            LeaseLostError: an entry's token is not the run's current one;
+                nothing was written.
         """
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:
-        """The run's journal in ``seq`` order (empty for an unknown run)."""
+        """The run's journal in ``seq`` order (empty for an unknown run).
+
+        Strict: a missing seq below the highest, or an entry that does not
+        match its checksum, raises :class:`~tether.CheckpointCorruptError`.
+        """

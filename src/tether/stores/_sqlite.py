@@ -1,14 +1,22 @@
 """A durable store in one SQLite file: one writer thread, group commit.
 
-Layout (schema version 1, kept in ``PRAGMA user_version``)::
+Layout (schema version 2, kept in ``PRAGMA user_version``)::
 
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
          run_id TEXT NOT NULL UNIQUE,
-         data TEXT NOT NULL)                       -- RunRecord.to_json(), JSON text
+         data TEXT NOT NULL,                       -- RunRecord.to_json(), JSON text
+         owner TEXT, token INTEGER, cancel INTEGER)  -- copies of data's lease fields
     entries(run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             ikey TEXT NOT NULL,                    -- Entry.idempotency_key
             data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
             PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
+    owners(owner TEXT PRIMARY KEY,                 -- one row per lease holder:
+           expires REAL NOT NULL)                  -- its leases' expiry, Unix time
+
+A lease is per owner, not per run: renewing every run an engine holds is one
+row's update. The lease columns of ``runs`` mirror the JSON so that fencing
+checks and renewals are indexed queries. Version 1 files are migrated on
+open (the columns and table are added; version 1 JSON stays readable).
 
 Writes go through one thread that owns the write connection: callers queue a
 job and wait; the thread takes everything queued at that moment (and what is
@@ -39,10 +47,11 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
-from datetime import datetime
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
@@ -55,23 +64,37 @@ from .._errors import (
     TetherError,
     UsageError,
 )
+from ._leases import (
+    ClaimDecision,
+    check_append,
+    check_owner,
+    check_ttl,
+    decide_cancel,
+    decide_claim,
+    fenced_update,
+    renewal,
+)
 from ._protocol import (
     Entry,
     EntryKind,
     EntryStatus,
     ErrorInfo,
     RecordDecodeError,
+    Renewal,
     RunRecord,
-    _idempotency_digest,
     dumps_record,
+    entry_checksum,
+    first_gap,
     load_entry,
     load_run_record,
 )
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 
+T = TypeVar("T")
+
 #: The schema version this tether writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -90,12 +113,33 @@ CREATE TABLE entries (
     UNIQUE (run_id, ikey)
 );
 """
+# Version 1 -> 2: the lease columns and the owners table.
+_MIGRATE_2 = """
+ALTER TABLE runs ADD COLUMN owner TEXT;
+ALTER TABLE runs ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN cancel INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL;
+CREATE TABLE owners (owner TEXT PRIMARY KEY, expires REAL NOT NULL);
+"""
 
 _INSERT_ENTRY = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
+# The run's lease holder and token (for the fencing check) and its highest seq.
 _LAST_SEQ = """
-SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1),
-       (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE run_id = ?1)
+SELECT owner, token, (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE run_id = ?1)
+FROM runs WHERE run_id = ?1
 """
+# A run record with its owner's lease expiry.
+_SELECT_RUN = """
+SELECT r.id, r.run_id, r.data, o.expires FROM runs r LEFT JOIN owners o ON o.owner = r.owner
+"""
+_PUT_RUN = "UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ? WHERE run_id = ?"
+_SET_OWNER = """
+INSERT INTO owners (owner, expires) VALUES (?, ?)
+ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires
+"""
+# How long a writer or an opener waits between attempts to take the write lock.
+_BUSY_POLL = 0.005
+_BUSY: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # How many times jobs queued during a transaction may join it.
 _LATE_ROUNDS = 3
 # The most rows one INSERT takes (4 parameters each: within SQLite's
@@ -133,13 +177,15 @@ class _Appending:
     """An append, encoded before it is queued: the writer only numbers it.
 
     Row ``i`` of the run stored with seq ``n`` has the data
-    ``head + str(n) + tails[i]``, exactly ``dumps_record(entry.stored_as(n).to_json())``.
+    ``head + str(n) + tails[i] + checksum``, exactly
+    ``dumps_record(entry.stored_as(n).to_json())`` (see :func:`_row_data`).
     """
 
     run_id: str
     head: str  # '{"run_id":<run_id>,"seq":'
     ikeys: tuple[str, ...]  # Entry.idempotency_key of each entry
-    tails: tuple[str, ...]  # the rest of each entry's JSON after its seq
+    tails: tuple[str, ...]  # each entry's JSON after its seq, up to its checksum
+    entries: tuple[Entry, ...]  # for the fencing check
 
 
 def _encode_append(run_id: str, entries: Sequence[Entry]) -> _Appending:
@@ -150,7 +196,13 @@ def _encode_append(run_id: str, entries: Sequence[Entry]) -> _Appending:
         ikeys.append(ikey)
         tails.append(tail)
     head = '{"run_id":' + _string(run_id) + ',"seq":'
-    return _Appending(run_id, head, tuple(ikeys), tuple(tails))
+    return _Appending(run_id, head, tuple(ikeys), tuple(tails), tuple(entries))
+
+
+def _row_data(appending: _Appending, i: int, seq: int) -> str:
+    """The stored JSON of entry *i* of *appending* as seq *seq*, checksum included."""
+    checksum = entry_checksum(appending.ikeys[i], seq)
+    return f'{appending.head}{seq}{appending.tails[i]},"checksum":"{checksum}"}}'
 
 
 # What json.dumps(..., ensure_ascii=False) writes for a string.
@@ -174,6 +226,7 @@ def _encode_entry(entry: Entry) -> tuple[str, str]:
         and type(e.run_id) is str
         and type(e.args_digest) is str
         and type(e.attempt) is int
+        and type(e.token) is int
         and type(e.kind) is EntryKind
         and type(e.status) is EntryStatus
         and type(e.started_at) is datetime
@@ -198,6 +251,7 @@ def _encode_entry(entry: Entry) -> tuple[str, str]:
     started = '"' + e.started_at.isoformat() + '"'  # ISO 8601: nothing to escape
     finished = '"' + e.finished_at.isoformat() + '"'
     attempt = int.__repr__(e.attempt)
+    token = int.__repr__(e.token)
     if error is None:
         err = sorted_err = "null"
     else:
@@ -208,22 +262,22 @@ def _encode_entry(entry: Entry) -> tuple[str, str]:
     ikey_text = (
         f'{{"args_digest":{digest},"attempt":{attempt},"error":{sorted_err},'
         f'"finished_at":{finished},"key":{key},"kind":{kind},"run_id":{_string(e.run_id)},'
-        f'"started_at":{started},"status":{status},"value":{text}}}'
+        f'"started_at":{started},"status":{status},"token":{token},"value":{text}}}'
     )
     tail = (
         f',"key":{key},"kind":{kind},"status":{status},"value":{text},"error":{err},'
         f'"args_digest":{digest},"started_at":{started},"finished_at":{finished},'
-        f'"attempt":{attempt}}}'
+        f'"attempt":{attempt},"token":{token}'
     )
     return hashlib.sha256(ikey_text.encode("utf-8")).hexdigest(), tail
 
 
 def _generic_encode_entry(entry: Entry) -> tuple[str, str]:
-    data = entry.to_json()  # run_id, seq, then the rest, in this order
-    del data["seq"]
-    ikey = _idempotency_digest(data)
-    del data["run_id"]
-    return ikey, "," + _ENCODER.encode(data)[1:]
+    data = entry.to_json()  # run_id, seq, then the rest, in this order, checksum last
+    ikey = entry.idempotency_key
+    for name in ("run_id", "seq", "checksum"):
+        del data[name]
+    return ikey, "," + _ENCODER.encode(data)[1:-1]
 
 
 @attrs.define(eq=False)
@@ -241,6 +295,17 @@ class _Job:
 
 def _no_jobs() -> list[_Job]:
     return []
+
+
+def _execute_script(conn: sqlite3.Connection, script: str) -> None:
+    # One statement at a time: executescript() would COMMIT first.
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _time_of(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, UTC)
 
 
 def _wake(jobs: list[_Job]) -> None:
@@ -318,6 +383,8 @@ class SQLiteStore:
         # the sizes of committed batches (in jobs) are recorded.
         self._gate = threading.Event()
         self._gate.set()
+        # Set to make the writer stop waiting for another process's lock.
+        self._abort = threading.Event()
         self._batches: collections.deque[int] = collections.deque(maxlen=1000)
 
     def __repr__(self) -> str:
@@ -328,8 +395,11 @@ class SQLiteStore:
     async def open(self) -> None:
         """Open the file (creating it and its schema) and start the writer thread.
 
-        A checkpoint. Cancellation takes effect only before the file is
-        opened; once opening has started, it completes.
+        A checkpoint, cancellable throughout: while another process holds
+        the file's write lock, opening waits for it (up to ``busy_timeout``)
+        in a worker thread that gives up as soon as the caller is cancelled,
+        closing what it opened, so a deadline around ``open_engine`` is
+        prompt and no thread is left behind.
 
         Raises:
             StoreError: the file cannot be opened, is not a tether store, or
@@ -338,6 +408,7 @@ class SQLiteStore:
         """
         if self._open:
             raise UsageError(f"{self!r} is already open")
+        self._abort.clear()
         conn = await trio.to_thread.run_sync(self._connect_writer)
         thread = threading.Thread(
             target=self._writer_loop, args=(conn,), name=f"tether {self!r} writer", daemon=True
@@ -350,23 +421,32 @@ class SQLiteStore:
     async def close(self) -> None:
         """Finish every queued write, stop the writer thread, close the connections.
 
-        A checkpoint that is not cut short by cancellation: it waits for the
-        writer thread to finish what is queued (bounded by ``busy_timeout``
-        per transaction), so no thread outlives it. Safe to call when open
-        failed or the store is closed.
+        A checkpoint. It waits for the writer thread to finish what is queued
+        (bounded by ``busy_timeout`` per transaction), so no thread outlives
+        it. Cancelled while the writer waits for another process's lock, it
+        makes the writer give up (the writes still queued fail with
+        :class:`~tether.StoreError`), waits the moment that takes, and
+        re-raises. Safe to call when open failed or the store is closed.
         """
         self._open = False
         thread, self._thread = self._thread, None
-        with trio.CancelScope(shield=True):
+        try:
             if thread is not None:
                 self._queue.put(None)
-                await trio.to_thread.run_sync(thread.join)
+                try:
+                    await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+                except BaseException:
+                    self._abort.set()  # the writer stops waiting for locks at once
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(thread.join)
+                    raise
+            await trio.lowlevel.checkpoint()
+        finally:
             with self._lock:
                 readers, self._readers = self._readers, []
             for conn in readers:
                 conn.close()
-            await trio.lowlevel.checkpoint()
-        self._writer = None
+            self._writer = None
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -377,30 +457,151 @@ class SQLiteStore:
             RunConflictError: a run with this id exists.
             StoreError: SQLite failed.
         """
-        data = dumps_record(record.to_json())
 
         def write(conn: sqlite3.Connection) -> None:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (record.run_id,)).fetchone():
                 raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
-            conn.execute("INSERT INTO runs (run_id, data) VALUES (?, ?)", (record.run_id, data))
+            self._insert_run(conn, record)
 
         await self._write(write, f"creating run {record.run_id!r}")
 
-    async def update_run(self, record: RunRecord) -> None:
+    async def update_run(self, record: RunRecord) -> RunRecord:
         """Replace a run record (a queued write; see the class doc on cancellation).
 
         Raises:
             RunNotFoundError: no run with this id.
             StoreError: SQLite failed.
         """
-        data = dumps_record(record.to_json())
 
-        def write(conn: sqlite3.Connection) -> None:
-            cur = conn.execute("UPDATE runs SET data = ? WHERE run_id = ?", (data, record.run_id))
-            if cur.rowcount == 0:
+        def write(conn: sqlite3.Connection) -> RunRecord:
+            current = self._select_run(conn, record.run_id)
+            if current is None:
                 raise RunNotFoundError(f"run {record.run_id!r} is not stored in {self!r}")
+            stored = fenced_update(current, record)
+            self._put_run(conn, stored)
+            return stored
 
-        await self._write(write, f"updating run {record.run_id!r}")
+        stored: RunRecord = await self._write(write, f"updating run {record.run_id!r}")
+        return stored
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        """Take the run's lease (one transaction; see :meth:`Store.claim`).
+
+        Raises:
+            RunConflictError, RunCancelledError, RunNotFoundError: see the protocol.
+            StoreError: SQLite failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+
+        def write(conn: sqlite3.Connection) -> tuple[ClaimDecision, float]:
+            now = time.time()
+            decision = decide_claim(
+                self._select_run(conn, run_id, now),
+                run_id=run_id,
+                owner=owner,
+                create=create,
+                takeover=takeover,
+            )
+            if decision.store is not None:
+                if decision.created:
+                    self._insert_run(conn, decision.store)
+                else:
+                    self._put_run(conn, decision.store)
+                if decision.error is None:
+                    conn.execute(_SET_OWNER, (owner, now + ttl))
+            return decision, now + ttl
+
+        # The decision comes back rather than raising, so that what it
+        # stores (a recorded cancel made final) commits even when it refuses.
+        decided: tuple[ClaimDecision, float] = await self._write(write, f"claiming run {run_id!r}")
+        decision, expires = decided
+        if decision.error is not None:
+            raise decision.error
+        assert decision.result is not None
+        if decision.store is None:
+            return decision.result
+        return attrs.evolve(decision.result, lease_expires_at=_time_of(expires))
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        """Extend *owner*'s leases: one row's update, however many runs it holds.
+
+        Raises:
+            StoreError: SQLite failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+
+        def write(conn: sqlite3.Connection) -> Renewal:
+            if ttl:
+                conn.execute(_SET_OWNER, (owner, time.time() + ttl))
+            else:
+                conn.execute("DELETE FROM owners WHERE owner = ?", (owner,))
+            rows = conn.execute(
+                "SELECT run_id, token, cancel FROM runs WHERE owner = ?", (owner,)
+            ).fetchall()
+            return renewal({r: (t, bool(c)) for r, t, c in rows}, held)
+
+        result: Renewal = await self._write(write, f"renewing the leases of {owner}")
+        return result
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        """Record a cancel (one transaction; see :meth:`Store.cancel_run`).
+
+        Raises:
+            RunNotFoundError, RunConflictError: see the protocol.
+            StoreError: SQLite failed.
+        """
+
+        def write(conn: sqlite3.Connection) -> RunRecord:
+            current = self._select_run(conn, run_id)
+            record = decide_cancel(current, run_id=run_id, takeover=takeover)
+            if record is None:
+                assert current is not None
+                return current
+            self._put_run(conn, record)
+            return record
+
+        result: RunRecord = await self._write(write, f"cancelling run {run_id!r}")
+        return result
+
+    def _insert_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
+        conn.execute(
+            "INSERT INTO runs (run_id, data, owner, token, cancel) VALUES (?, ?, ?, ?, ?)",
+            (
+                record.run_id,
+                dumps_record(record.to_json()),
+                record.owner,
+                record.token,
+                record.cancel_requested,
+            ),
+        )
+
+    def _put_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
+        conn.execute(
+            _PUT_RUN,
+            (
+                dumps_record(record.to_json()),
+                record.owner,
+                record.token,
+                record.cancel_requested,
+                record.run_id,
+            ),
+        )
+
+    def _select_run(
+        self, conn: sqlite3.Connection, run_id: str, now: float | None = None
+    ) -> RunRecord | None:
+        row = conn.execute(_SELECT_RUN + " WHERE r.run_id = ?", (run_id,)).fetchone()
+        return None if row is None else self._decode_run(row, now)
 
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
         """Append journal entries in one transaction; return them as stored.
@@ -435,10 +636,7 @@ class SQLiteStore:
         """
 
         def read(conn: sqlite3.Connection) -> RunRecord | None:
-            row = conn.execute(
-                "SELECT id, run_id, data FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            return None if row is None else self._decode_run(row)
+            return self._select_run(conn, run_id)
 
         result: RunRecord | None = await self._read(read, f"reading run {run_id!r}")
         return result
@@ -452,8 +650,9 @@ class SQLiteStore:
         """
 
         def read(conn: sqlite3.Connection) -> list[RunRecord]:
-            rows = conn.execute("SELECT id, run_id, data FROM runs ORDER BY id").fetchall()
-            return [self._decode_run(row) for row in rows]
+            rows = conn.execute(_SELECT_RUN + " ORDER BY r.id").fetchall()
+            now = time.time()
+            return [self._decode_run(row, now) for row in rows]
 
         result: list[RunRecord] = await self._read(read, "listing runs")
         return result
@@ -464,7 +663,9 @@ class SQLiteStore:
         A checkpoint; runs in a worker thread.
 
         Raises:
-            CheckpointCorruptError: any entry does not decode (none is skipped).
+            CheckpointCorruptError: any entry does not decode or does not
+                match its checksum, or a seq below the highest is missing
+                (none is skipped).
             StoreError: SQLite failed.
         """
 
@@ -472,7 +673,13 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT rowid, seq, data FROM entries WHERE run_id = ? ORDER BY seq", (run_id,)
             ).fetchall()
-            return [self._decode_entry(run_id, row) for row in rows]
+            entries = [self._decode_entry(run_id, row) for row in rows]
+            gap = first_gap([e.seq for e in entries if e.seq is not None])
+            if gap is not None:
+                raise self._corrupt(
+                    run_id, f"table entries, seq {gap}", "missing (a later seq is stored)"
+                )
+            return entries
 
         result: list[Entry] = await self._read(read, f"loading the journal of run {run_id!r}")
         return result
@@ -482,15 +689,20 @@ class SQLiteStore:
     def _corrupt(self, run_id: object, where: str, problem: str) -> CheckpointCorruptError:
         return CheckpointCorruptError(f"run {run_id!r}: {self.path}, {where}: {problem}")
 
-    def _decode_run(self, row: tuple[Any, ...]) -> RunRecord:
-        rowid, run_id, data = row
+    def _decode_run(self, row: tuple[Any, ...], now: float | None = None) -> RunRecord:
+        """A runs row (with its owner's expiry) as a record, its lease filled while live."""
+        rowid, run_id, data, expires = row
         where = f"table runs, rowid {rowid}"
         if type(data) is not str:
             raise self._corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
         try:
-            return load_run_record(data, run_id)
+            record = load_run_record(data, run_id)
         except RecordDecodeError as exc:
             raise self._corrupt(run_id, where, str(exc)) from None
+        live = isinstance(expires, float | int) and expires > (time.time() if now is None else now)
+        if record.owner is not None and live:
+            record = attrs.evolve(record, lease_expires_at=_time_of(expires))
+        return record
 
     def _decode_entry(self, run_id: str, row: tuple[Any, ...]) -> Entry:
         rowid, seq, data = row
@@ -532,10 +744,15 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise self._error("opening the store", exc) from None
         try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            # Lock waits are polled here, not left to SQLite's busy handler,
+            # so that a cancelled opener or a closing store stops them.
+            conn.execute("PRAGMA busy_timeout = 0")
+            mode = self._retry_busy(
+                lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], opening=True
+            )
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: SQLite cannot use WAL mode here (got {mode!r})")
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn, opening=True)
             try:
                 (version,) = conn.execute("PRAGMA user_version").fetchone()
                 if version == 0:
@@ -547,10 +764,10 @@ class SQLiteStore:
                             f"{self.path} is an SQLite database but not a tether store "
                             f"(it has {tables} tables and no tether schema version)"
                         )
-                    # One statement at a time: executescript() would COMMIT first.
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
+                    _execute_script(conn, _SCHEMA + _MIGRATE_2)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                elif version == 1:
+                    _execute_script(conn, _MIGRATE_2)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version > SCHEMA_VERSION:
                     raise StoreError(
@@ -574,6 +791,32 @@ class SQLiteStore:
             conn.close()
             raise
         return conn
+
+    def _retry_busy(self, fn: Callable[[], T], *, opening: bool) -> T:
+        """``fn()``, retried while another connection holds the lock it needs.
+
+        Up to ``busy_timeout`` seconds. Between attempts an opener checks
+        whether its caller was cancelled (``trio.from_thread.check_cancelled``
+        raises ``Cancelled`` in this thread then), the writer whether the
+        store is closing.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode not in _BUSY or time.monotonic() >= deadline:
+                    raise
+            if opening:
+                trio.from_thread.check_cancelled()
+            elif self._abort.is_set():
+                raise StoreError(
+                    f"{self.path}: gave up waiting for the write lock: the store is closing"
+                )
+            time.sleep(_BUSY_POLL)
+
+    def _begin(self, conn: sqlite3.Connection, *, opening: bool = False) -> None:
+        self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), opening=opening)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any], what: str) -> Any:
         if not self._open:
@@ -688,10 +931,10 @@ class SQLiteStore:
         """
         results: list[tuple[Any, BaseException | None]] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn)
             try:
                 try:
-                    last: dict[str, int | None] = {}
+                    last: dict[str, tuple[str | None, int, int] | None] = {}
                     rows: list[Any] = []
                     self._run_batch(conn, jobs, last, rows, results)
                     more = take_more or _no_jobs
@@ -714,7 +957,7 @@ class SQLiteStore:
                     # the duplicate lookups, so a failing job fails alone.
                     if conn.in_transaction:  # some errors end it themselves
                         conn.execute("ROLLBACK")
-                    conn.execute("BEGIN IMMEDIATE")
+                    self._begin(conn)
                     results = self._run_jobs(conn, jobs)
                 conn.execute("COMMIT")
             except BaseException:
@@ -738,7 +981,7 @@ class SQLiteStore:
         self,
         conn: sqlite3.Connection,
         jobs: list[_Job],
-        last: dict[str, int | None],
+        last: dict[str, tuple[str | None, int, int] | None],
         rows: list[Any],
         results: list[tuple[Any, BaseException | None]],
     ) -> None:
@@ -764,20 +1007,20 @@ class SQLiteStore:
                 last.clear()
                 continue
             run_id = appending.run_id
-            if run_id in last:
-                seq = last[run_id]
-            else:
-                seq = last[run_id] = self._last_seq(conn, run_id)
-            if seq is None:
+            fence = last.get(run_id)
+            if fence is None:
+                fence = last[run_id] = self._last_seq(conn, run_id)
+            if fence is None:
                 results.append((None, self._no_run(run_id)))
                 continue
-            head = appending.head
+            owner, token, seq = fence
+            check_append(run_id, appending.entries, token=token, owner=owner)
             seqs: list[int] = []
-            for ikey, tail in zip(appending.ikeys, appending.tails, strict=True):
+            for i, ikey in enumerate(appending.ikeys):
                 seq += 1
-                rows += (run_id, seq, ikey, f"{head}{seq}{tail}")
+                rows += (run_id, seq, ikey, _row_data(appending, i, seq))
                 seqs.append(seq)
-            last[run_id] = seq
+            last[run_id] = (owner, token, seq)
             results.append((seqs, None))
 
     def _run_jobs(
@@ -807,11 +1050,13 @@ class SQLiteStore:
     def _append_one(self, conn: sqlite3.Connection, appending: _Appending) -> list[int | Entry]:
         """One append, entry by entry, looking each up first (an index search)."""
         run_id = appending.run_id
-        last = self._last_seq(conn, run_id)
-        if last is None:
+        fence = self._last_seq(conn, run_id)
+        if fence is None:
             raise self._no_run(run_id)
+        owner, token, last = fence
+        check_append(run_id, appending.entries, token=token, owner=owner)
         stored: list[int | Entry] = []
-        for ikey, tail in zip(appending.ikeys, appending.tails, strict=True):
+        for i, ikey in enumerate(appending.ikeys):
             row = conn.execute(
                 "SELECT rowid, seq, data FROM entries WHERE run_id = ? AND ikey = ?",
                 (run_id, ikey),
@@ -820,19 +1065,22 @@ class SQLiteStore:
                 stored.append(self._decode_entry(run_id, row))
                 continue
             last += 1
-            conn.execute(_INSERT_ENTRY, (run_id, last, ikey, f"{appending.head}{last}{tail}"))
+            conn.execute(_INSERT_ENTRY, (run_id, last, ikey, _row_data(appending, i, last)))
             stored.append(last)
         return stored
 
-    def _last_seq(self, conn: sqlite3.Connection, run_id: str) -> int | None:
-        """The run's highest seq (0 for none), or ``None`` if the run is not stored."""
-        exists, last = conn.execute(_LAST_SEQ, (run_id,)).fetchone()
-        if not exists:
+    def _last_seq(
+        self, conn: sqlite3.Connection, run_id: str
+    ) -> tuple[str | None, int, int] | None:
+        """The run's lease holder, token and highest seq (0 for none); ``None``: no such run."""
+        row = conn.execute(_LAST_SEQ, (run_id,)).fetchone()
+        if row is None:
             return None
-        if type(last) is not int:
-            where = "table entries, the highest seq"
-            raise self._corrupt(run_id, where, f"is {last!r}, not an integer")
-        return last
+        owner, token, last = row
+        if type(last) is not int or type(token) is not int:
+            where = "tables runs and entries, the token and the highest seq"
+            raise self._corrupt(run_id, where, f"are {token!r} and {last!r}, not integers")
+        return owner, token, last
 
     def _no_run(self, run_id: str) -> RunNotFoundError:
         return RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
 
 import trio
 import trio.testing
 
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Entry, RunRecord, Store
+from ..stores._protocol import Entry, Renewal, RunRecord, Store
 
 __all__ = ("ClockHoldingStore", "hold_clock")
 
@@ -55,13 +55,13 @@ class ClockHoldingStore:
     def __repr__(self) -> str:
         return f"ClockHoldingStore({self.inner!r})"
 
-    async def _held(self, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def _held(self, afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         result: list[T] = []
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_hold)
                 try:
-                    result.append(await afn(*args))
+                    result.append(await afn(*args, **kwargs))
                 finally:
                     nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -81,8 +81,27 @@ class ClockHoldingStore:
     async def create_run(self, record: RunRecord) -> None:
         await self._held(self.inner.create_run, record)
 
-    async def update_run(self, record: RunRecord) -> None:
-        await self._held(self.inner.update_run, record)
+    async def update_run(self, record: RunRecord) -> RunRecord | None:
+        return await self._held(self.inner.update_run, record)
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        return await self._held(
+            self.inner.claim, run_id, owner, ttl=ttl, create=create, takeover=takeover
+        )
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        return await self._held(self.inner.renew, owner, ttl=ttl, held=held)
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        return await self._held(self.inner.cancel_run, run_id, takeover=takeover)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._held(self.inner.get_run, run_id)

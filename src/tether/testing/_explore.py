@@ -77,7 +77,7 @@ _KINDS_AT: Final = {
 }
 
 _RUN_ID: Final = "explored"
-_WRITES: Final = ("create_run", "update_run", "append")
+_WRITES: Final = ("create_run", "claim", "update_run", "append")
 #: Executions a trial may take beyond its plan (pauses answered one by one).
 _EXTRA_EXECUTIONS: Final = 20
 
@@ -243,12 +243,16 @@ class _Tasks(trio.abc.Instrument):
         self.alive.pop(task, None)
 
 
-def _label(method: str, args: tuple[Any, ...]) -> str:
+def _label(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     if method == "append":
         entries: Sequence[Entry] = args[1]
         return "save:" + "+".join(e.key for e in entries)
     if method == "create_run":
         return "record:created"
+    if method == "claim":
+        # engine.run claims with the record to create (a new run is created
+        # claimed); engine.resume claims a stored run, marking it running.
+        return "record:created" if kwargs.get("create") is not None else "record:running"
     record: RunRecord = args[0]
     return f"record:{record.status.value}"
 
@@ -362,7 +366,7 @@ class _Trial:
         ex = self.current
         if ex is None:
             return
-        label = _label(call.method, call.args)
+        label = _label(call.method, call.args, call.kwargs)
         if call.method == "append":
             ex.begun[label] = ex.begun.get(label, 0) + 1
         inj = self._matches(ex.point(label))
@@ -374,13 +378,14 @@ class _Trial:
         elif inj.kind == "hang":
             await call.store.sleep_forever()
         else:
-            await Crash(torn=self.torn and call.method != "create_run").apply(call)
+            torn = self.torn and call.method in ("append", "update_run")
+            await Crash(torn=torn).apply(call)
 
     async def _after(self, call: Call) -> None:
         ex = self.current
         if ex is None or call.method != "append":
             return
-        label = _label(call.method, call.args)
+        label = _label(call.method, call.args, call.kwargs)
         ex.landed[label] = ex.landed.get(label, 0) + 1
         inj = self._matches(ex.point("stored:" + label.partition(":")[2]))
         if inj is not None:

@@ -37,14 +37,14 @@ from __future__ import annotations
 import contextvars
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
 
 from .._errors import StoreError, UsageError
-from ..stores._protocol import Entry, RunRecord, Store
+from ..stores._protocol import Entry, Renewal, RunRecord, Store
 
 __all__ = (
     "Call",
@@ -67,6 +67,9 @@ _METHODS: Final = (
     "list_runs",
     "append",
     "load_entries",
+    "claim",
+    "renew",
+    "cancel_run",
 )
 
 #: The private method a store implements to simulate a torn write of a call.
@@ -109,6 +112,8 @@ class Call:
     n: int  #: which call of *method* this is, counted from 1 (a restart keeps counting)
     args: tuple[Any, ...]  #: the call's arguments (for ``append``: ``run_id, entries``)
     after: bool  #: the fault applies after the inner call returned (the write landed)
+    #: the call's keyword arguments (``claim``'s ``ttl``, ``create``, ``takeover``, ...)
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @runtime_checkable
@@ -499,11 +504,11 @@ class FaultyStore:
         finally:
             _applying.reset(token)
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        return await self._call_with(method, getattr(self.inner, method), *args)
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call_with(method, getattr(self.inner, method), *args, **kwargs)
 
     async def _call_with(
-        self, method: str, target: Callable[..., Awaitable[Any]], *args: Any
+        self, method: str, target: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
         self.calls[method] += 1
         n = self.calls[method]
@@ -514,11 +519,12 @@ class FaultyStore:
             raise life.dead(what)
         rule = self._rule(method, n, args, after=False)
         if rule is not None:
-            await self._apply(rule, Call(store=self, method=method, n=n, args=args, after=False))
+            call = Call(store=self, method=method, n=n, args=args, after=False, kwargs=kwargs)
+            await self._apply(rule, call)
         if life.cause is not None:  # a fault (a Do) crashed the store, or a task did meanwhile
             raise life.dead(what)
         try:
-            result = await target(*args)
+            result = await target(*args, **kwargs)
         except Exception as exc:
             if life.cause is not None:  # a dead process reports nothing
                 raise life.dead(f"{what} was in the inner store") from exc
@@ -527,7 +533,8 @@ class FaultyStore:
             raise life.dead(f"{what} returned from the inner store (the write may have landed)")
         rule = self._rule(method, n, args, after=True)
         if rule is not None:
-            await self._apply(rule, Call(store=self, method=method, n=n, args=args, after=True))
+            call = Call(store=self, method=method, n=n, args=args, after=True, kwargs=kwargs)
+            await self._apply(rule, call)
             if life.cause is not None:
                 raise life.dead(f"{what} (the inner store had returned)")
         return result
@@ -568,8 +575,31 @@ class FaultyStore:
     async def create_run(self, record: RunRecord) -> None:
         await self._call("create_run", record)
 
-    async def update_run(self, record: RunRecord) -> None:
-        await self._call("update_run", record)
+    async def update_run(self, record: RunRecord) -> RunRecord | None:
+        result: RunRecord | None = await self._call("update_run", record)
+        return result
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        result: RunRecord = await self._call(
+            "claim", run_id, owner, ttl=ttl, create=create, takeover=takeover
+        )
+        return result
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        result: Renewal = await self._call("renew", owner, ttl=ttl, held=held)
+        return result
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        result: RunRecord = await self._call("cancel_run", run_id, takeover=takeover)
+        return result
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         result: RunRecord | None = await self._call("get_run", run_id)

@@ -1,0 +1,288 @@
+"""One owner per run: an engine's name, its leases, their renewal, and their loss.
+
+Each :func:`tether.open_engine` is one *owner*, named ``host:pid:engine-id``.
+Before it executes a run it claims the run's lease from the store, which
+returns a fencing token; every write the execution makes carries that token,
+and the store refuses it once someone else has claimed the run.
+
+:class:`Leases` is the engine's side of that contract:
+
+- :meth:`Leases.claim` takes a lease, taking over at once from an owner on
+  this machine whose process is gone (:func:`owner_is_gone`);
+- :meth:`Leases.run` is the one task per engine that renews every lease the
+  engine holds in one store call per ``lease_ttl / 3``, tells a run when a
+  cancel was recorded for it, and tells it its lease is lost when a renewal
+  reports so or when no renewal succeeded for ``lease_ttl`` on this
+  process's clock (it was paused, or the store was unreachable);
+- releases that must not hold up a caller (after a caller cancellation) are
+  written by that task soon after, not by the cancelled caller.
+
+This module knows stores only through their protocol and never imports the
+engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import trio
+
+from ._errors import LeaseLostError
+from .stores._protocol import RunRecord, Store
+
+__all__ = ("Leases", "new_owner", "owner_is_gone")
+
+log = logging.getLogger("tether")
+
+_HOST = socket.gethostname()
+#: The engine ids of the engines open in this process.
+_open_engines: set[str] = set()
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """``(state, start time in clock ticks)`` of process *pid*, from ``/proc``; else ``None``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name, in parentheses, may hold spaces: split after it.
+    fields = text[text.rfind(")") + 2 :].split()
+    if len(fields) < 20:
+        return None
+    return fields[0], fields[19]
+
+
+def new_owner() -> tuple[str, str]:
+    """A new owner name ``host:pid:engine-id`` and its engine id.
+
+    The engine id starts with this process's start time (in clock ticks, where
+    ``/proc`` tells it), so that a later process that reuses the pid is not
+    taken for this one.
+    """
+    stat = _proc_stat(os.getpid())
+    engine_id = f"{stat[1] if stat else 'x'}-{uuid.uuid4().hex[:8]}"
+    return f"{_HOST}:{os.getpid()}:{engine_id}", engine_id
+
+
+def engine_opened(engine_id: str) -> None:
+    _open_engines.add(engine_id)
+
+
+def engine_closed(engine_id: str) -> None:
+    _open_engines.discard(engine_id)
+
+
+def owner_is_gone(owner: str) -> bool:
+    """Whether *owner* certainly no longer exists: it ran on this machine and has ended.
+
+    That is: an engine of this process that was closed; or a process that no
+    longer exists, is a zombie, or whose pid now belongs to a process started
+    at another time. An owner on another machine, or a live process (even a
+    stopped one), is never gone: its lease is waited for until it expires.
+    """
+    host, sep, rest = owner.partition(":")
+    pid_text, sep2, engine_id = rest.partition(":")
+    if not (sep and sep2) or host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return engine_id not in _open_engines
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # it exists, as another user's process
+    stat = _proc_stat(pid)
+    if stat is None:
+        return False
+    state, started = stat
+    if state in ("Z", "X"):  # exited, not yet reaped
+        return True
+    ticks = engine_id.partition("-")[0]
+    return ticks.isdigit() and ticks != started
+
+
+@attrs.define(eq=False)
+class _Held:
+    token: int
+    lost: Callable[[LeaseLostError], None]
+    cancelled: Callable[[], None]
+
+
+class Leases:
+    """The leases one engine holds, and the task that keeps them.
+
+    Args:
+        store: the engine's store.
+        owner: the engine's owner name.
+        ttl: ``lease_ttl``, seconds.
+        save_timeout: bounds the releases written when the engine closes.
+    """
+
+    def __init__(self, store: Store, owner: str, ttl: float, save_timeout: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl = ttl
+        self.save_timeout = save_timeout
+        self.held: dict[str, _Held] = {}
+        #: renewal calls made (one per interval while runs are held)
+        self.renewals = 0
+        self._confirmed = -math.inf  # Trio time a claim or renewal last confirmed the lease
+        self._releases: dict[str, RunRecord] = {}
+        self._wake = trio.Event()
+
+    # -- used by the engine -------------------------------------------------------------
+
+    async def claim(
+        self, run_id: str, *, current: RunRecord | None, create: RunRecord | None = None
+    ) -> RunRecord:
+        """Claim *run_id*'s lease; *current* is the record the caller read (or ``None``).
+
+        When *current* shows a live lease of an owner that is gone (see
+        :func:`owner_is_gone`), the claim takes over from exactly that lease
+        at once. A checkpoint; cancellation behaves as the store's ``claim``.
+
+        Raises:
+            RunConflictError: another live owner holds the lease.
+            RunCancelledError: the run is cancelled.
+        """
+        takeover = None
+        if (
+            current is not None
+            and current.owner is not None
+            and current.owner != self.owner
+            and current.lease_expires_at is not None
+            and owner_is_gone(current.owner)
+        ):
+            takeover = current.token
+        sent = trio.current_time()
+        record = await self.store.claim(
+            run_id, self.owner, ttl=self.ttl, create=create, takeover=takeover
+        )
+        if record.owner == self.owner:
+            self._confirmed = max(self._confirmed, sent)
+            self._releases.pop(run_id, None)  # superseded by this claim
+        return record
+
+    def hold(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        lost: Callable[[LeaseLostError], None],
+        cancelled: Callable[[], None],
+    ) -> None:
+        """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens."""
+        self.held[run_id] = _Held(token, lost, cancelled)
+        self._wake.set()
+
+    def drop(self, run_id: str) -> None:
+        """Stop renewing *run_id* (its execution ended)."""
+        self.held.pop(run_id, None)
+
+    def release_later(self, record: RunRecord) -> None:
+        """Have the renewal task write *record* (the run, released) soon, not the caller."""
+        self._releases[record.run_id] = record
+        self._wake.set()
+
+    # -- the task ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Renew, release and watch leases until cancelled (a task of ``open_engine``)."""
+        retry_at = -math.inf
+        while True:
+            if self.held:
+                due = max(self._confirmed + self.ttl / 3, retry_at)
+                with trio.move_on_at(min(due, self._confirmed + self.ttl)):
+                    await self._wait()
+            elif not self._releases:
+                await self._wait()
+            await self._release_pending()
+            if not self.held:
+                continue
+            now = trio.current_time()
+            if now >= self._confirmed + self.ttl:
+                self._lose_all(
+                    f"no lease renewal succeeded for lease_ttl={self.ttl} s (this process "
+                    "was paused, or the store did not answer)"
+                )
+            elif (
+                now >= self._confirmed + self.ttl / 3
+                and now >= retry_at
+                and not await self._renew()
+            ):
+                retry_at = trio.current_time() + self.ttl / 10
+
+    async def close(self) -> None:
+        """Write the pending releases; best effort, bounded by ``save_timeout``.
+
+        Cut short if the caller is cancelled: the leases not released then
+        expire after ``lease_ttl`` (on this machine they are taken over at
+        once, the engine being closed).
+        """
+        with trio.move_on_after(self.save_timeout):
+            await self._release_pending()
+
+    async def _wait(self) -> None:
+        await self._wake.wait()
+        self._wake = trio.Event()
+
+    async def _release_pending(self) -> None:
+        while self._releases:
+            run_id, record = next(iter(self._releases.items()))
+            try:
+                await self.store.update_run(record)
+            except LeaseLostError:
+                pass  # claimed again since: nothing of ours to release
+            except Exception as exc:
+                log.warning(
+                    "tether: releasing the lease of run %s failed (it expires after lease_ttl): %r",
+                    run_id,
+                    exc,
+                )
+            if self._releases.get(run_id) is record:
+                del self._releases[run_id]
+
+    async def _renew(self) -> bool:
+        """One renewal of every held lease; ``False`` if the store failed."""
+        held = {run_id: h.token for run_id, h in self.held.items()}
+        sent = trio.current_time()
+        self.renewals += 1
+        try:
+            with trio.move_on_at(self._confirmed + self.ttl):
+                renewal = await self.store.renew(self.owner, ttl=self.ttl, held=held)
+                self._confirmed = max(self._confirmed, sent)
+                for run_id in renewal.lost:
+                    self._lose(run_id, held[run_id], "another owner took it over")
+                for run_id in renewal.cancelled:
+                    h = self.held.get(run_id)
+                    if h is not None and h.token == held[run_id]:
+                        h.cancelled()
+                return True
+        except Exception as exc:
+            log.warning("tether: renewing the leases of %s failed: %r", self.owner, exc)
+        return False
+
+    def _lose(self, run_id: str, token: int, why: str) -> None:
+        h = self.held.get(run_id)
+        if h is None or h.token != token:
+            return
+        del self.held[run_id]
+        h.lost(
+            LeaseLostError(
+                f"run {run_id!r}: this engine ({self.owner}) lost the run's lease "
+                f"(token {token}): {why}. The run was stopped; nothing more was written."
+            )
+        )
+
+    def _lose_all(self, why: str) -> None:
+        for run_id, h in list(self.held.items()):
+            self._lose(run_id, h.token, why)

@@ -1,0 +1,273 @@
+"""Lease and fencing decisions, shared by every store.
+
+A store reads what it needs inside one atomic step (a transaction, a lock),
+calls one of these pure functions, and writes what it returns in that same
+step. So the rules of one owner per run are written once, here, and a
+third-party store gets them by calling the same functions:
+
+- :func:`decide_claim`: who may take a run's lease, and what the claim writes;
+- :func:`fenced_update`: whether a run record write carries the current
+  token, and what is stored (a recorded cancel is never lost);
+- :func:`check_append`: whether journal entries carry the current token;
+- :func:`decide_cancel`: what ``engine.cancel`` records;
+- :func:`renewal`: what an owner's renewal reports.
+
+A lease is *live* when the record read in the atomic step has an ``owner``
+and a ``lease_expires_at`` (stores fill that field only while the owner's
+lease has not expired on the store's clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import attrs
+
+from .._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
+from ._protocol import Entry, Renewal, RunRecord, RunStatus, utcnow
+
+__all__ = (
+    "ClaimDecision",
+    "check_append",
+    "check_owner",
+    "check_ttl",
+    "decide_cancel",
+    "decide_claim",
+    "fenced_update",
+    "renewal",
+)
+
+#: Statuses a claim moves to ``running`` (clearing their error and requests).
+_RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.FAILED})
+
+
+@attrs.frozen
+class ClaimDecision:
+    """What a claim stores (``None``: nothing), then returns or raises."""
+
+    store: RunRecord | None
+    result: RunRecord | None = None
+    error: Exception | None = None
+    created: bool = False
+
+
+def check_owner(owner: object) -> str:
+    """An owner name, validated: a non-empty string without ``/`` or control characters."""
+    if (
+        not isinstance(owner, str)
+        or not owner
+        or "/" in owner
+        or any(ord(c) < 32 or ord(c) == 127 for c in owner)
+        or len(owner) > 200
+    ):
+        raise ValueError(f"a lease owner is a short name without '/', not {owner!r:.100}")
+    return owner
+
+
+def check_ttl(ttl: object) -> float:
+    """A lease duration in seconds, validated (``0`` is allowed: ends leases now)."""
+    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 <= ttl < 10**9:
+        raise ValueError(f"a lease ttl is a non-negative number of seconds, not {ttl!r}")
+    return float(ttl)
+
+
+def _live(record: RunRecord) -> bool:
+    return record.owner is not None and record.lease_expires_at is not None
+
+
+def _conflict(record: RunRecord) -> RunConflictError:
+    when = record.lease_expires_at.isoformat() if record.lease_expires_at else "unknown"
+    return RunConflictError(
+        f"run {record.run_id!r} is executing elsewhere: owner {record.owner} holds its "
+        f"lease until {when}; nothing was executed or written. Retry once that owner "
+        "has finished, or after its lease expires.",
+        owner=record.owner,
+        expires_at=record.lease_expires_at,
+    )
+
+
+def decide_claim(
+    current: RunRecord | None,
+    *,
+    run_id: str,
+    owner: str,
+    create: RunRecord | None = None,
+    takeover: int | None = None,
+    now: datetime | None = None,
+) -> ClaimDecision:
+    """Decide a claim of *run_id* by *owner*, given the record read in the same atomic step.
+
+    - no run: created with token 1 if *create* is given (else RunNotFoundError);
+    - *create* names another workflow or other arguments: RunConflictError;
+    - cancelled, or a cancel recorded: RunCancelledError (a recorded cancel
+      without a live owner is stored as ``cancelled`` first);
+    - completed: nothing is written; the stored record is returned;
+    - held by another live owner (unless its token is *takeover*): RunConflictError;
+    - otherwise the token grows by one, the owner is *owner*, and a paused,
+      failed or interrupted run is ``running`` again (error and requests cleared).
+    """
+    now = now or utcnow()
+    if current is None:
+        if create is None:
+            return ClaimDecision(None, error=RunNotFoundError(f"no run {run_id!r} to claim"))
+        record = attrs.evolve(
+            create,
+            owner=owner,
+            token=1,
+            cancel_requested=False,
+            lease_expires_at=None,
+        )
+        return ClaimDecision(record, result=record, created=True)
+    if create is not None and (create.workflow != current.workflow or create.args != current.args):
+        return ClaimDecision(
+            None,
+            error=RunConflictError(
+                f"run {run_id!r} exists with workflow {current.workflow!r} and arguments "
+                f"{current.args:.200}, not {create.workflow!r} with {create.args:.200}; "
+                f"resume it with engine.resume({run_id!r}) or choose a new run_id"
+            ),
+        )
+    live = _live(current) and current.token != takeover
+    if current.status is RunStatus.CANCELLED or current.cancel_requested:
+        cancelled = RunCancelledError(
+            f"run {run_id!r} is cancelled; it never executes again (start a new run)"
+        )
+        if current.status is RunStatus.CANCELLED or live:
+            return ClaimDecision(None, error=cancelled)
+        return ClaimDecision(_cancelled(current, now), error=cancelled)
+    if current.status is RunStatus.COMPLETED:
+        return ClaimDecision(None, result=current)
+    if live and current.owner != owner:
+        return ClaimDecision(None, error=_conflict(current))
+    status = current.status if current.status not in _RESUMABLE else RunStatus.RUNNING
+    record = attrs.evolve(
+        current,
+        owner=owner,
+        token=current.token + 1,
+        status=status,
+        error=None,
+        requests=(),
+        updated_at=now,
+        lease_expires_at=None,
+    )
+    return ClaimDecision(record, result=record)
+
+
+def _cancelled(current: RunRecord, now: datetime) -> RunRecord:
+    return attrs.evolve(
+        current,
+        status=RunStatus.CANCELLED,
+        requests=(),
+        owner=None,
+        cancel_requested=True,
+        updated_at=now,
+        lease_expires_at=None,
+    )
+
+
+def _stale(run_id: str, token: int, what: str, current: int, owner: str | None) -> LeaseLostError:
+    holder = f"owner {owner}" if owner is not None else "no owner (released)"
+    return LeaseLostError(
+        f"run {run_id!r}: {what} with fencing token {token} was refused; the run's "
+        f"token is {current}, held by {holder}. Nothing was written."
+    )
+
+
+def _fenced(current: int, owner: str | None, token: int) -> bool:
+    # Token 0 writes a run that was never claimed (created by create_run and
+    # written without leases): only then. Any other write needs the current
+    # token and a holder: a released lease takes no more writes.
+    if current == 0:
+        return token == 0
+    return token == current and owner is not None
+
+
+def fenced_update(current: RunRecord | None, incoming: RunRecord) -> RunRecord:
+    """The record to store for ``update_run(incoming)``, given the one read in the same step.
+
+    A recorded cancel is kept; once it is there, a ``failed`` or ``paused``
+    outcome is stored as ``cancelled`` (a ``completed`` one stands: the cancel
+    came too late). A ``cancelled`` record releases the lease.
+
+    Raises:
+        RunNotFoundError: no such run.
+        LeaseLostError: *incoming* does not carry the run's current token.
+    """
+    if current is None:
+        raise RunNotFoundError(f"run {incoming.run_id!r} is not stored")
+    if not _fenced(current.token, current.owner, incoming.token):
+        raise _stale(
+            current.run_id, incoming.token, "a run record write", current.token, current.owner
+        )
+    record = attrs.evolve(
+        incoming,
+        cancel_requested=current.cancel_requested or incoming.cancel_requested,
+        lease_expires_at=None,
+    )
+    if record.status is RunStatus.COMPLETED:
+        record = attrs.evolve(record, cancel_requested=False)
+    elif record.cancel_requested and record.status in (RunStatus.FAILED, RunStatus.PAUSED):
+        record = _cancelled(record, record.updated_at)
+    elif record.status is RunStatus.CANCELLED:
+        record = attrs.evolve(record, owner=None, requests=())
+    return record
+
+
+def check_append(run_id: str, entries: Sequence[Entry], *, token: int, owner: str | None) -> None:
+    """Refuse an append whose entries do not carry the run's current *token*.
+
+    *token* and *owner* are the stored run's, read in the same atomic step.
+
+    Raises:
+        LeaseLostError: an entry's token is stale; nothing may be written.
+    """
+    for entry in entries:
+        if not _fenced(token, owner, entry.token):
+            raise _stale(run_id, entry.token, f"appending entry {entry.key}", token, owner)
+
+
+def decide_cancel(
+    current: RunRecord | None,
+    *,
+    run_id: str,
+    takeover: int | None = None,
+    now: datetime | None = None,
+) -> RunRecord | None:
+    """The record ``cancel_run`` stores (``None``: nothing changes).
+
+    Raises:
+        RunNotFoundError: no such run.
+        RunConflictError: the run has completed.
+    """
+    if current is None:
+        raise RunNotFoundError(f"no run {run_id!r} to cancel")
+    if current.status is RunStatus.COMPLETED:
+        raise RunConflictError(
+            f"run {run_id!r} has completed; a completed run cannot be cancelled (nothing changed)"
+        )
+    if current.status is RunStatus.CANCELLED:
+        return None
+    if _live(current) and current.token != takeover:
+        if current.cancel_requested:
+            return None
+        return attrs.evolve(current, cancel_requested=True, lease_expires_at=None)
+    return _cancelled(current, now or utcnow())
+
+
+def renewal(mine: Mapping[str, tuple[int, bool]], held: Mapping[str, int]) -> Renewal:
+    """What a renewal reports.
+
+    *mine* maps the runs the store says the owner holds (read in the same
+    step) to their ``(token, cancel_requested)``; *held* is what the owner
+    believes it holds.
+    """
+    lost: set[str] = set()
+    cancelled: set[str] = set()
+    for run_id, token in held.items():
+        stored = mine.get(run_id)
+        if stored is None or stored[0] != token:
+            lost.add(run_id)
+        elif stored[1]:
+            cancelled.add(run_id)
+    return Renewal(lost=frozenset(lost), cancelled=frozenset(cancelled))
