@@ -860,9 +860,13 @@ async def open_engine(
     Leaving the block ends this engine's leases (best effort, bounded by
     ``save_timeout``), so another engine can take its runs over at once.
     """
-    if not isinstance(store, Store):
+    missing = [m for m in _STORE_METHODS if not callable(getattr(store, m, None))]
+    if missing:
         raise UsageError(
-            f"open_engine() takes a tether store (see tether.stores.Store), not {store!r}"
+            f"open_engine() takes a tether store (see tether.stores.Store), not {store!r}: "
+            f"it lacks {', '.join(missing)}. Stores of this version also take leases "
+            "(claim, renew, cancel_run); a wrapper must forward those too, with their "
+            "keyword arguments, and a store should pass tether.testing.check_store"
         )
     if (
         not isinstance(save_timeout, int | float)
@@ -878,13 +882,6 @@ async def open_engine(
     ):
         raise UsageError(
             f"lease_ttl must be a positive, finite number of seconds, not {lease_ttl!r}"
-        )
-    missing = [m for m in _LEASE_METHODS if not callable(getattr(store, m, None))]
-    if missing:
-        raise UsageError(
-            f"{store!r} lacks the lease methods {', '.join(missing)} of tether.stores.Store: "
-            "a store (or a wrapper of one) must provide claim, renew and cancel_run, and "
-            "pass tether.testing.check_store"
         )
     engine = Engine(store, hooks=hooks, save_timeout=save_timeout, lease_ttl=lease_ttl)
     await store.open()
@@ -908,7 +905,19 @@ async def open_engine(
         await store.close()
 
 
-_LEASE_METHODS = ("claim", "renew", "cancel_run")
+_STORE_METHODS = (
+    "open",
+    "close",
+    "create_run",
+    "update_run",
+    "get_run",
+    "list_runs",
+    "append",
+    "load_entries",
+    "claim",
+    "renew",
+    "cancel_run",
+)
 
 
 def _releasable(exc: BaseException | None) -> bool:

@@ -18,6 +18,7 @@ from ._conformance import Corrupter as Corrupter
 from ._conformance import Reopener as Reopener
 from ._conformance import StoreConformanceError as StoreConformanceError
 from ._conformance import StoreFactory as StoreFactory
+from ._conformance import Tamperer as Tamperer
 from ._conformance import check_store as check_store
 from ._deterministic import SUPPORTED_TRIO as SUPPORTED_TRIO
 from ._deterministic import ScheduleTrace as ScheduleTrace
@@ -65,6 +66,7 @@ __all__ = (
     "SimulatedCrash",
     "StoreConformanceError",
     "StoreFactory",
+    "Tamperer",
     "check_store",
     "explore",
     "run_deterministic",

@@ -38,8 +38,10 @@ class ClockHoldingStore:
     """Wrap a thread-backed store so ``MockClock(autojump_threshold=0)`` waits for it.
 
     An autojumping mock clock treats a task that waits for a worker thread as
-    idle and jumps virtual time: a save's ``save_timeout`` expires while the
-    store's thread is still writing. For the duration of each call to *inner*,
+    idle and jumps virtual time to the next deadline: a save's
+    ``save_timeout`` expires while the store's thread is still writing, and
+    an engine's lease (renewed every ``lease_ttl / 3`` by a timer) is lost
+    while a thread reads the journal. For the duration of each call to *inner*,
     this wrapper keeps a helper task waiting in
     :func:`trio.testing.wait_all_tasks_blocked`, which stops autojumping; the
     helper is cancelled when the call ends. Virtual time then advances only

@@ -7,26 +7,37 @@ No pytest here: :func:`check_store` runs inside any Trio run and raises
 from __future__ import annotations
 
 import contextlib
-import inspect
-import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, TypeAlias, final
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import timedelta, timezone
 
 import attrs
 import trio
 
-from .._errors import CheckpointCorruptError, RunConflictError, RunNotFoundError
+from .._errors import RunConflictError, RunNotFoundError
 from ..stores._protocol import (
     Entry,
     EntryKind,
     EntryStatus,
     ErrorInfo,
-    RunRecord,
     RunStatus,
     Store,
 )
+from ._conformance_base import (
+    ConformanceResult,
+    Corrupter,
+    Reopener,
+    StoreConformanceError,
+    StoreFactory,
+    Tamperer,
+    _Ctx,
+    _expect_corrupt,
+    _maybe_await,
+    _Opened,
+    _same,
+    _Skip,
+)
+from ._conformance_leases import LEASE_CHECKS
 
 __all__ = (
     "CHECKS",
@@ -35,107 +46,9 @@ __all__ = (
     "Reopener",
     "StoreConformanceError",
     "StoreFactory",
+    "Tamperer",
     "check_store",
 )
-
-#: Makes a fresh, unopened store on a fresh location (sync or async callable).
-StoreFactory: TypeAlias = Callable[[], Store | Awaitable[Store]]
-#: Given a closed store, makes a new unopened store on the same location.
-Reopener: TypeAlias = Callable[[Store], Store | Awaitable[Store]]
-#: Damages what is stored for ``(store, run_id, seq)`` so that it cannot be
-#: decoded: the journal entry *seq*, or the run record when *seq* is ``None``.
-#: Called while the store is open.
-Corrupter: TypeAlias = Callable[[Store, str, int | None], Awaitable[None] | None]
-
-
-class StoreConformanceError(AssertionError):
-    """One or more conformance checks failed; :attr:`failures` says which and why."""
-
-    def __init__(self, store: str, failures: Sequence[tuple[str, BaseException]]) -> None:
-        self.failures = tuple(failures)
-        lines = [f"{len(self.failures)} store conformance check(s) failed for {store}:"]
-        for name, exc in self.failures:
-            lines.append(f"- {name}: {type(exc).__name__}: {exc}")
-        super().__init__("\n".join(lines))
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ConformanceResult:
-    """What :func:`check_store` ran: checks that passed, and those skipped (with why)."""
-
-    passed: tuple[str, ...]
-    skipped: tuple[tuple[str, str], ...]
-
-
-class _Skip(Exception):
-    pass
-
-
-@attrs.define
-class _Ctx:
-    factory: StoreFactory
-    reopen: Reopener | None
-    corrupt: Corrupter | None
-    clock: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
-
-    async def make(self) -> Store:
-        store: Store = await _maybe_await(self.factory())
-        return store
-
-    def time(self, tz: timezone = UTC) -> datetime:
-        """A distinct, increasing timestamp (so entries never collide by accident)."""
-        base = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-        return (base + timedelta(microseconds=next(self.clock) * 7)).astimezone(tz)
-
-    def run(self, run_id: str, **kw: Any) -> RunRecord:
-        now = self.time()
-        fields: dict[str, Any] = {
-            "run_id": run_id,
-            "workflow": "checkout",
-            "args": '["o-1"]',
-            "created_at": now,
-            "updated_at": now,
-        }
-        fields.update(kw)
-        return RunRecord(**fields)
-
-    def entry(self, run_id: str, key: str, **kw: Any) -> Entry:
-        fields: dict[str, Any] = {
-            "run_id": run_id,
-            "key": key,
-            "value": '{"n":1}',
-            "args_digest": "d1",
-            "started_at": self.time(),
-            "finished_at": self.time(timezone(timedelta(hours=5, minutes=30))),
-        }
-        fields.update(kw)
-        return Entry(**fields)
-
-
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-class _Opened:
-    """``async with _Opened(store)``: open it, and always close it."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    async def __aenter__(self) -> Store:
-        await self.store.open()
-        return self.store
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.store.close()
-
-
-def _same(stored: Entry, given: Entry) -> bool:
-    return stored.seq is not None and stored == given.stored_as(stored.seq)
-
 
 # -- the checks ------------------------------------------------------------------------
 
@@ -426,15 +339,6 @@ async def check_strict_reads(ctx: _Ctx) -> None:
         assert got is not None and got.run_id == "strict-old", "a healthy run became unreadable"
 
 
-async def _expect_corrupt(what: str, run_id: str, call: Callable[[str], Awaitable[Any]]) -> None:
-    try:
-        result = await call(run_id)
-    except CheckpointCorruptError as exc:
-        assert run_id in str(exc), f"{what}: the error does not name run {run_id!r}: {exc}"
-    else:
-        raise AssertionError(f"{what}: no CheckpointCorruptError; returned {result!r:.300}")
-
-
 async def check_reopen(ctx: _Ctx) -> None:
     """Everything stored is there after close and reopen on the same location."""
     if ctx.reopen is None:
@@ -469,6 +373,7 @@ CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
     "idempotent_append": check_idempotent_append,
     "strict_reads": check_strict_reads,
     "reopen": check_reopen,
+    **LEASE_CHECKS,
 }
 
 
@@ -478,6 +383,8 @@ async def check_store(
     only: Iterable[str] | None = None,
     reopen: Reopener | None = None,
     corrupt: Corrupter | None = None,
+    remove: Tamperer | None = None,
+    alter: Tamperer | None = None,
 ) -> ConformanceResult:
     """Run the store conformance checks against stores made by *factory*.
 
@@ -494,6 +401,13 @@ async def check_store(
             if it may be reopened); enables the ``reopen`` check.
         corrupt: damages a stored record so it cannot be decoded (see
             :data:`Corrupter`); enables the ``strict_reads`` check.
+        remove: deletes a stored journal entry (see :data:`Tamperer`);
+            enables the ``journal_gap`` check.
+        alter: changes one digit of a stored entry's value, keeping it valid
+            JSON (see :data:`Tamperer`); enables the ``entry_checksum`` check.
+
+    The lease checks (``claim_*``, ``fencing``, ``renewal``, ``cancel``) wait
+    for short leases (0.3 s) to expire, on Trio's clock and the wall clock.
 
     Returns:
         Which checks passed and which were skipped (a missing hook).
@@ -509,7 +423,7 @@ async def check_store(
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
-    ctx = _Ctx(factory=factory, reopen=reopen, corrupt=corrupt)
+    ctx = _Ctx(factory=factory, reopen=reopen, corrupt=corrupt, remove=remove, alter=alter)
     passed: list[str] = []
     skipped: list[tuple[str, str]] = []
     failures: list[tuple[str, BaseException]] = []

@@ -1,0 +1,289 @@
+"""Conformance checks for one owner per run: leases, fencing, cancel, journal integrity.
+
+Each check holds a store to one rule of the lease contract (see
+``Store.claim``, ``Store.renew``, ``Store.cancel_run`` and the fencing notes of
+``Store.append`` and ``Store.update_run``). A store that lets two owners hold
+a run, accepts a stale token, renews a lease it lost, or reads a journal with
+a hole or a changed entry fails the check that names that rule.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from .._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
+from ..stores._protocol import RunRecord, RunStatus, Store
+from ._conformance_base import _Ctx, _expect_corrupt, _maybe_await, _Opened, _Skip
+
+__all__ = ("LEASE_CHECKS",)
+
+#: Lease durations the checks use (seconds, on the store's clock).
+_LONG = 60.0
+_SHORT = 0.3
+
+A, B, C = "host-a:1:a", "host-b:2:b", "host-c:3:c"
+
+
+async def _expire(seconds: float) -> None:
+    """Let *seconds* pass on every store clock: Trio's (MemoryStore) and the wall clock."""
+    wall = time.time() + seconds
+    await trio.sleep(seconds)  # Trio's clock, and the wall clock with a real Trio clock
+    left = wall - time.time()
+    if left > 0:  # a virtual Trio clock: the wall clock has not moved as far
+        await trio.to_thread.run_sync(time.sleep, left)
+
+
+async def _refused(
+    what: str, error: type[Exception], call: Callable[[], Awaitable[Any]]
+) -> Exception:
+    try:
+        result = await call()
+    except error as exc:
+        return exc
+    raise AssertionError(f"{what}: no {error.__name__}; returned {result!r:.300}")
+
+
+async def _claimed(store: Store, ctx: _Ctx, run_id: str, owner: str, ttl: float) -> RunRecord:
+    """A new run, created by *owner*'s claim."""
+    record = await store.claim(run_id, owner, ttl=ttl, create=ctx.run(run_id))
+    assert record.owner == owner and record.token == 1, (
+        f"a claim that creates {run_id!r} returned owner {record.owner!r}, token "
+        f"{record.token} (expected {owner!r}, token 1)"
+    )
+    return record
+
+
+async def check_claim_creates(ctx: _Ctx) -> None:
+    """claim(create=) creates the run already claimed (token 1), in one step; a
+    claim of another workflow or other arguments under that id changes nothing."""
+    async with _Opened(await ctx.make()) as store:
+        record = await _claimed(store, ctx, "new", A, _LONG)
+        assert record.lease_expires_at is not None, "a new claim's lease_expires_at is None"
+        got = await store.get_run("new")
+        assert got is not None and got.owner == A and got.token == 1, f"stored {got!r}"
+        assert got.lease_expires_at is not None, "get_run of a leased run shows no live lease"
+        assert (got.workflow, got.args) == ("checkout", '["o-1"]'), f"stored {got!r}"
+        other = ctx.run("new", args='["o-2"]')
+        await _refused(
+            "a claim with other arguments",
+            RunConflictError,
+            lambda: store.claim("new", B, ttl=_LONG, create=other),
+        )
+        assert await store.get_run("new") == got, "a refused claim changed the record"
+        await _refused(
+            "a claim of an unknown run without create",
+            RunNotFoundError,
+            lambda: store.claim("nobody", A, ttl=_LONG),
+        )
+        assert await store.get_run("nobody") is None, "a refused claim created a run"
+
+
+async def check_claim_exclusive(ctx: _Ctx) -> None:
+    """While an owner's lease is live, another owner's claim raises RunConflictError
+    naming it; the holder may claim again; after a release, others may; tokens grow."""
+    async with _Opened(await ctx.make()) as store:
+        first = await _claimed(store, ctx, "x", A, _LONG)
+        exc = await _refused(
+            "a claim of a run another owner holds",
+            RunConflictError,
+            lambda: store.claim("x", B, ttl=_LONG),
+        )
+        assert getattr(exc, "owner", None) == A, f"the conflict does not name owner {A}: {exc!r}"
+        assert getattr(exc, "expires_at", None) is not None, "the conflict gives no expiry"
+        again = await store.claim("x", A, ttl=_LONG)
+        assert again.token > first.token, f"tokens did not grow: {first.token}, {again.token}"
+        released = attrs.evolve(again, owner=None, lease_expires_at=None)
+        await store.update_run(released)
+        after = await store.claim("x", B, ttl=_LONG)
+        assert after.owner == B and after.token > again.token, f"claim after release: {after!r}"
+
+
+async def check_claim_after_expiry(ctx: _Ctx) -> None:
+    """A lease that expired (on the store's clock) no longer blocks a claim; a live
+    one is taken over only with takeover= its exact token."""
+    async with _Opened(await ctx.make()) as store:
+        first = await _claimed(store, ctx, "exp", A, _SHORT)
+        await _expire(_SHORT * 1.5)
+        got = await store.get_run("exp")
+        assert got is not None and got.lease_expires_at is None, (
+            f"an expired lease still shows as live: {got!r}"
+        )
+        taken = await store.claim("exp", B, ttl=_LONG)
+        assert taken.owner == B and taken.token == first.token + 1, f"takeover gave {taken!r}"
+        await _refused(
+            "a takeover naming a stale token",
+            RunConflictError,
+            lambda: store.claim("exp", C, ttl=_LONG, takeover=first.token),
+        )
+        forced = await store.claim("exp", C, ttl=_LONG, takeover=taken.token)
+        assert forced.owner == C and forced.token == taken.token + 1, f"takeover gave {forced!r}"
+
+
+async def check_fencing(ctx: _Ctx) -> None:
+    """After a takeover, writes carrying the old token (append, update_run) raise
+    LeaseLostError and store nothing; the new token's writes are kept."""
+    async with _Opened(await ctx.make()) as store:
+        old = await _claimed(store, ctx, "fence", A, _LONG)
+        (kept,) = await store.append("fence", [ctx.entry("fence", "s#0", token=old.token)])
+        assert kept.token == old.token, f"the stored entry lost its token: {kept!r}"
+        new = await store.claim("fence", B, ttl=_LONG, takeover=old.token)
+        before = list(await store.load_entries("fence"))
+        record = await store.get_run("fence")
+        await _refused(
+            "an append with a stale token",
+            LeaseLostError,
+            lambda: store.append("fence", [ctx.entry("fence", "s#1", token=old.token)]),
+        )
+        await _refused(
+            "an append with no token to a claimed run",
+            LeaseLostError,
+            lambda: store.append("fence", [ctx.entry("fence", "s#1")]),
+        )
+        stale = attrs.evolve(old, status=RunStatus.COMPLETED, result="1", owner=None)
+        await _refused(
+            "update_run with a stale token", LeaseLostError, lambda: store.update_run(stale)
+        )
+        assert list(await store.load_entries("fence")) == before, "a refused append stored"
+        assert await store.get_run("fence") == record, "a refused update_run changed the run"
+        (mine,) = await store.append("fence", [ctx.entry("fence", "s#1", token=new.token)])
+        assert (mine.seq or 0) > (kept.seq or 0), f"seq after takeover: {mine!r}"
+        done = attrs.evolve(new, status=RunStatus.COMPLETED, result="1", owner=None)
+        await store.update_run(done)
+        final = await store.get_run("fence")
+        assert final is not None and final.status is RunStatus.COMPLETED and final.owner is None
+        await _refused(
+            "an append after the lease was released",
+            LeaseLostError,
+            lambda: store.append("fence", [ctx.entry("fence", "s#2", token=new.token)]),
+        )
+
+
+async def check_renewal(ctx: _Ctx) -> None:
+    """renew extends every lease of the owner in one call and reports the runs it
+    lost and those with a recorded cancel; it never renews a lost lease."""
+    async with _Opened(await ctx.make()) as store:
+        x = await _claimed(store, ctx, "rx", A, _SHORT)
+        y = await _claimed(store, ctx, "ry", A, _SHORT)
+        await _expire(_SHORT * 1.5)
+        taken = await store.claim("ry", B, ttl=_LONG)  # A's lease expired: B takes ry
+        renewal = await store.renew(A, ttl=_LONG, held={"rx": x.token, "ry": y.token})
+        assert renewal.lost == frozenset({"ry"}), f"renewal reported lost {set(renewal.lost)}"
+        rx, ry = await store.get_run("rx"), await store.get_run("ry")
+        assert rx is not None and rx.owner == A and rx.lease_expires_at is not None, (
+            f"the renewal did not extend A's lease on rx: {rx!r}"
+        )
+        assert ry is not None and ry.owner == B and ry.token == taken.token, (
+            f"the renewal gave ry back to A: {ry!r}"
+        )
+        await _refused(
+            "a claim of rx by another owner after A renewed",
+            RunConflictError,
+            lambda: store.claim("rx", C, ttl=_LONG),
+        )
+        await store.cancel_run("rx")
+        renewal = await store.renew(A, ttl=_LONG, held={"rx": x.token})
+        assert renewal.cancelled == frozenset({"rx"}) and not renewal.lost, (
+            f"a recorded cancel was not reported: {renewal!r}"
+        )
+        await store.renew(A, ttl=0, held={})
+        rx = await store.get_run("rx")
+        assert rx is not None and rx.lease_expires_at is None, "renew(ttl=0) left A's lease live"
+
+
+async def check_cancel(ctx: _Ctx) -> None:
+    """cancel_run: a live owner's run gets cancel_requested (and its failed or paused
+    outcome is stored as cancelled); others become cancelled at once; no claim
+    succeeds on a cancelled run; a completed one cannot be cancelled."""
+    async with _Opened(await ctx.make()) as store:
+        await _refused(
+            "cancel_run of an unknown run", RunNotFoundError, lambda: store.cancel_run("nobody")
+        )
+        held = await _claimed(store, ctx, "live", A, _LONG)
+        (entry,) = await store.append("live", [ctx.entry("live", "s#0", token=held.token)])
+        cancelled = await store.cancel_run("live")
+        assert cancelled.cancel_requested and cancelled.status is RunStatus.RUNNING, (
+            f"cancel gave {cancelled!r}"
+        )
+        exc = await _refused(
+            "a claim of a run with a recorded cancel",
+            RunCancelledError,
+            lambda: store.claim("live", B, ttl=_LONG),
+        )
+        assert "live" in str(exc), f"the error does not name the run: {exc}"
+        failed = attrs.evolve(held, status=RunStatus.FAILED, owner=None, lease_expires_at=None)
+        stored = await store.update_run(failed)
+        got = await store.get_run("live")
+        assert got is not None and got.status is RunStatus.CANCELLED, (
+            f"the owner's failed outcome after a cancel is stored as {got!r}"
+        )
+        assert stored is None or stored.status is RunStatus.CANCELLED, f"update_run gave {stored!r}"
+        assert list(await store.load_entries("live")) == [entry], "the journal was not kept"
+
+        # A run with no live owner (paused here) is cancelled at once, requests cleared.
+        idle = await _claimed(store, ctx, "idle", A, _LONG)
+        paused = attrs.evolve(
+            idle, status=RunStatus.PAUSED, requests=('{"key":"ask#0"}',), owner=None
+        )
+        await store.update_run(paused)
+        got = await store.cancel_run("idle")
+        assert got.status is RunStatus.CANCELLED and got.requests == (), f"cancel gave {got!r}"
+        again = await store.cancel_run("idle")
+        assert again.status is RunStatus.CANCELLED, "a second cancel changed the run"
+        for owner in (A, B):
+            await _refused(
+                "a claim of a cancelled run",
+                RunCancelledError,
+                lambda owner=owner: store.claim("idle", owner, ttl=_LONG),  # type: ignore[misc]
+            )
+
+        done = await _claimed(store, ctx, "done", A, _LONG)
+        finished = attrs.evolve(done, status=RunStatus.COMPLETED, result="1", owner=None)
+        await store.update_run(finished)
+        before = await store.get_run("done")
+        await _refused(
+            "cancel_run of a completed run", RunConflictError, lambda: store.cancel_run("done")
+        )
+        assert await store.get_run("done") == before, "a refused cancel changed the run"
+
+
+async def check_journal_gap(ctx: _Ctx) -> None:
+    """A journal missing a seq below the highest raises CheckpointCorruptError."""
+    if ctx.remove is None:
+        raise _Skip("no remove= hook given (a store that holds objects cannot lose one)")
+    async with _Opened(await ctx.make()) as store:
+        record = await _claimed(store, ctx, "gap", A, _LONG)
+        for i in range(3):
+            await store.append("gap", [ctx.entry("gap", f"s#{i}", token=record.token)])
+        await _maybe_await(ctx.remove(store, "gap", 2))
+        await _expect_corrupt("load_entries with seq 2 missing", "gap", store.load_entries)
+
+
+async def check_entry_checksum(ctx: _Ctx) -> None:
+    """An entry whose stored content changed (a digit of its value) raises
+    CheckpointCorruptError: it is not replayed as a valid value."""
+    if ctx.alter is None:
+        raise _Skip("no alter= hook given (a store that holds objects cannot change one)")
+    async with _Opened(await ctx.make()) as store:
+        record = await _claimed(store, ctx, "sum", A, _LONG)
+        for i in range(2):
+            await store.append("sum", [ctx.entry("sum", f"s#{i}", token=record.token)])
+        await _maybe_await(ctx.alter(store, "sum", 1))
+        await _expect_corrupt("load_entries with entry 1 altered", "sum", store.load_entries)
+
+
+#: The lease checks by name, in the order :func:`check_store` runs them.
+LEASE_CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
+    "claim_creates": check_claim_creates,
+    "claim_exclusive": check_claim_exclusive,
+    "claim_after_expiry": check_claim_after_expiry,
+    "fencing": check_fencing,
+    "renewal": check_renewal,
+    "cancel": check_cancel,
+    "journal_gap": check_journal_gap,
+    "entry_checksum": check_entry_checksum,
+}

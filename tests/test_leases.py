@@ -1,0 +1,623 @@
+"""One owner per run, in one process: leases, fencing, cancel by id, and the checks for them.
+
+Real processes (SIGSTOP, SIGKILL, two processes racing) are in test_processes.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sqlite3
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+import tether
+from tether._codec import codec, digest
+from tether.stores import (
+    Entry,
+    Renewal,
+    RunRecord,
+    RunStatus,
+    Store,
+    dumps_record,
+    entry_checksum,
+    fenced_update,
+    loads_record,
+    utcnow,
+)
+from tether.testing import Delay, Do, FaultyStore, Hang, StoreConformanceError, check_store
+from tether.testing._faulty import Call
+
+from ._json_store import JsonStore, json_alter, json_corrupt, json_remove
+
+# -- the conformance checks catch each broken rule ---------------------------------------
+
+
+class UnfencedStore(JsonStore):
+    """Breaks fencing: takes writes whatever their token."""
+
+    def check_token(self, run_id: str, entries: Sequence[Entry]) -> None:
+        if run_id not in self.runs:
+            raise tether.RunNotFoundError(run_id)
+
+    async def update_run(self, record: RunRecord) -> RunRecord:
+        await trio.lowlevel.checkpoint()
+        self.write(record)
+        return record
+
+
+class SharedClaimStore(JsonStore):
+    """Breaks exclusivity: a claim takes the run from whoever holds it."""
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        current = self.read(run_id)
+        steal = None if current is None else current.token
+        return await super().claim(run_id, owner, ttl=ttl, create=create, takeover=steal)
+
+
+class ResurrectingStore(JsonStore):
+    """Breaks renewal: renews each held run by id, giving a lost one back to its old owner."""
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        for run_id, token in held.items():
+            record = self.read(run_id)
+            if record is not None:
+                self.write(attrs.evolve(record, owner=owner, token=token))
+        return await super().renew(owner, ttl=ttl, held=held)
+
+
+class GapBlindStore(JsonStore):
+    """Breaks strict reads: returns a journal with a seq missing in the middle."""
+
+    def decode_entries(self, run_id: str) -> list[Entry]:
+        return [
+            self.decode_entry(run_id, i, text)
+            for i, text in enumerate(self.journals.get(run_id, ()))
+        ]
+
+
+class ChecksumBlindStore(JsonStore):
+    """Breaks strict reads: replays an entry whose content changed (recomputes its checksum)."""
+
+    def decode_entry(self, run_id: str, i: int, text: str) -> Entry:
+        def unchecked(data: object) -> Entry:
+            assert isinstance(data, dict)
+            data = {**data, "checksum": None}
+            entry = Entry.from_json({**data, "seq": None})
+            return entry.stored_as(data["seq"])
+
+        entry: Entry = loads_record(text, unchecked)
+        return entry
+
+
+class EagerCancelStore(JsonStore):
+    """Breaks cancel: marks a run cancelled at once although its owner still executes it."""
+
+    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        current = self.read(run_id)
+        return await super().cancel_run(run_id, takeover=None if current is None else current.token)
+
+
+HOOKS = {"corrupt": json_corrupt, "remove": json_remove, "alter": json_alter}
+
+
+async def test_the_json_store_passes_every_check_with_its_hooks() -> None:
+    result = await check_store(JsonStore, **HOOKS)  # type: ignore[arg-type]
+    assert [name for name, _ in result.skipped] == ["reopen"]
+
+
+@pytest.mark.parametrize(
+    ("broken", "check", "says"),
+    [
+        (UnfencedStore, "fencing", "no LeaseLostError"),
+        (SharedClaimStore, "claim_exclusive", "no RunConflictError"),
+        (ResurrectingStore, "renewal", "renewal reported lost set()"),
+        (GapBlindStore, "journal_gap", "no CheckpointCorruptError"),
+        (ChecksumBlindStore, "entry_checksum", "no CheckpointCorruptError"),
+        (EagerCancelStore, "cancel", "cancel gave"),
+    ],
+)
+async def test_each_lease_check_catches_a_store_that_breaks_its_rule(
+    broken: type[JsonStore], check: str, says: str
+) -> None:
+    with pytest.raises(StoreConformanceError) as info:
+        await check_store(broken, only=[check], **HOOKS)  # type: ignore[arg-type]
+    assert [name for name, _ in info.value.failures] == [check]
+    assert says in str(info.value)
+    # ...and the correct store passes that same check.
+    await check_store(JsonStore, only=[check], **HOOKS)  # type: ignore[arg-type]
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+executed: list[str] = []
+gate = trio.Event()  # the gated step waits for it
+waiters = trio.Semaphore(0)  # released once by each gated step that started waiting
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    global gate, waiters
+    executed.clear()
+    gate = trio.Event()
+    waiters = trio.Semaphore(0)
+
+
+@tether.step
+async def quick(n: int) -> int:
+    executed.append(f"quick({n})")
+    return n * 2
+
+
+@tether.step
+async def waiting(n: int) -> int:
+    executed.append(f"waiting({n})")
+    waiters.release()
+    await gate.wait()
+    return n + 100
+
+
+@tether.workflow(name="tests.leases.flow")
+async def flow(n: int) -> list[int]:
+    a = await quick(n)
+    b = await waiting(n)
+    c = await quick(n + 1)
+    return [a, b, c]
+
+
+async def _executing(engine: tether.Engine, run_id: str) -> tether.RunInfo:
+    """Wait until *run_id* waits in the gated step; its RunInfo then."""
+    await waiters.acquire()
+    await trio.testing.wait_all_tasks_blocked()
+    info = await engine.get_run(run_id)
+    assert info is not None
+    return info
+
+
+async def test_a_second_engine_is_refused_at_once_naming_the_owner(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    async with (
+        tether.open_engine(store) as first,
+        tether.open_engine(store) as second,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(functools.partial(first.run, flow, 1, run_id="r"))
+        info = await _executing(first, "r")
+        assert info.executing and info.owner == first.owner
+        assert info.lease_expires_at is not None
+        ran = list(executed)
+        start = trio.current_time()
+        with pytest.raises(tether.RunConflictError) as conflict:
+            await second.run(flow, 1, run_id="r")
+        assert trio.current_time() == start  # at once: a claim never waits
+        assert conflict.value.owner == first.owner
+        assert first.owner in str(conflict.value) and "until" in str(conflict.value)
+        with pytest.raises(tether.RunConflictError):
+            await second.resume("r")
+        assert executed == ran  # the refused engine executed nothing
+        gate.set()
+
+
+async def test_a_run_left_by_a_closed_engine_of_this_process_is_taken_over_at_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    now = utcnow()
+    gone = f"{socket.gethostname()}:{os.getpid()}:closed-engine"
+    record = RunRecord(run_id="r", workflow=flow.name, args="[1]", created_at=now, updated_at=now)
+    await store.claim("r", gone, ttl=3600, create=record)  # a live lease of a dead owner
+    gate.set()
+    async with tether.open_engine(store) as engine:
+        info = await engine.get_run("r")
+        assert info is not None and not info.executing and info.owner == gone
+        start = trio.current_time()
+        assert await engine.run(flow, 1, run_id="r") == [2, 101, 4]
+        assert trio.current_time() - start < 1.0
+
+
+async def test_a_lease_taken_over_by_another_owner_stops_the_run_and_writes_nothing_more(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    async with tether.open_engine(store, lease_ttl=3.0) as engine:
+        async with trio.open_nursery() as nursery:
+            outcome: list[BaseException] = []
+            ended = trio.Event()
+
+            async def run() -> None:
+                try:
+                    await engine.run(flow, 1, run_id="r")
+                except tether.LeaseLostError as exc:
+                    outcome.append(exc)
+                finally:
+                    ended.set()
+
+            nursery.start_soon(run)
+            info = await _executing(engine, "r")
+            record = await store.get_run("r")
+            assert record is not None
+            # A stale owner elsewhere: another process takes the run over.
+            taken = await store.claim("r", "elsewhere:1:x", ttl=3600, takeover=record.token)
+            start = trio.current_time()
+            await ended.wait()
+            # Noticed at the next renewal (every lease_ttl / 3).
+            assert trio.current_time() - start <= 1.0 + 1e-9
+        assert engine.owner in str(outcome[0]) and "another owner" in str(outcome[0])
+        gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        stored = await store.get_run("r")
+        assert stored is not None and stored.owner == "elsewhere:1:x"
+        assert stored.token == taken.token and stored.status is RunStatus.RUNNING
+        entries = await store.load_entries("r")
+        assert [e.key for e in entries] == ["quick#0"]  # nothing after the takeover
+        assert info.executing
+
+
+async def test_a_refused_save_stops_the_run_at_once(autojump_clock: trio.abc.Clock) -> None:
+    store = tether.MemoryStore()
+    async with tether.open_engine(store, lease_ttl=60.0) as engine:
+        async with trio.open_nursery() as nursery:
+            outcome: list[BaseException] = []
+            ended = trio.Event()
+
+            async def run() -> None:
+                try:
+                    await engine.run(flow, 1, run_id="r")
+                except tether.LeaseLostError as exc:
+                    outcome.append(exc)
+                finally:
+                    ended.set()
+
+            nursery.start_soon(run)
+            await _executing(engine, "r")
+            record = await store.get_run("r")
+            assert record is not None
+            await store.claim("r", "elsewhere:1:x", ttl=3600, takeover=record.token)
+            start = trio.current_time()
+            gate.set()  # the step completes; its save carries the old token
+            await ended.wait()
+            assert trio.current_time() - start < 0.01  # long before the next renewal
+        assert "was refused" in str(outcome[0])
+        assert executed == ["quick(1)", "waiting(1)"]  # the third step never ran
+        assert [e.key for e in await store.load_entries("r")] == ["quick#0"]
+
+
+async def test_no_renewal_for_lease_ttl_loses_the_lease_on_this_process_clock(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    faulty = FaultyStore(tether.MemoryStore())
+    faulty.inject("renew", Hang())  # the store stops answering renewals
+    async with tether.open_engine(faulty, lease_ttl=3.0) as engine:
+        start = trio.current_time()
+        with pytest.raises(tether.LeaseLostError, match="no lease renewal succeeded"):
+            await engine.run(flow, 1, run_id="r")
+        assert trio.current_time() - start == pytest.approx(3.0)
+        assert executed == ["quick(1)", "waiting(1)"]
+        # Nothing more was written: the run is as the lease left it, resumable.
+        record = await faulty.inner.get_run("r")
+        assert record is not None and record.status is RunStatus.RUNNING
+        faulty.clear()
+        gate.set()
+    async with tether.open_engine(faulty.inner) as engine:
+        assert await engine.run(flow, 1, run_id="r") == [2, 101, 4]
+
+
+async def test_one_renewal_per_interval_however_many_runs(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    faulty = FaultyStore(tether.MemoryStore())
+    async with tether.open_engine(faulty, lease_ttl=3.0) as engine:
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(functools.partial(engine.run, flow, 1, run_id=f"r{i}"))
+            for _ in range(200):
+                await waiters.acquire()
+            before = faulty.calls["renew"]
+            await trio.sleep(10.5)  # ten renewal intervals (lease_ttl / 3 each)
+            assert faulty.calls["renew"] - before == 10
+            assert engine._leases.renewals >= 10
+            gate.set()
+        assert faulty.calls["update_run"] == 200  # one status write (and release) per run
+        records = await faulty.inner.list_runs()
+        assert {r.status for r in records} == {RunStatus.COMPLETED}
+        assert {r.owner for r in records} == {None}
+
+
+async def test_a_caller_cancellation_releases_the_lease_soon_without_waiting(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    async with tether.open_engine(store) as engine, tether.open_engine(store) as other:
+        with trio.move_on_after(1.0):
+            await engine.run(flow, 1, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        record = await store.get_run("r")
+        assert record is not None and record.owner is None  # released by the lease task
+        assert record.status is RunStatus.RUNNING
+        gate.set()
+        assert await other.run(flow, 1, run_id="r") == [2, 101, 4]  # not refused
+
+
+async def test_cancel_reaches_an_executing_run_within_one_renewal(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    async with (
+        tether.open_engine(store, lease_ttl=3.0) as engine,
+        tether.open_engine(store) as other,
+    ):
+        async with trio.open_nursery() as nursery:
+            outcome: list[BaseException] = []
+            ended = trio.Event()
+
+            async def run() -> None:
+                try:
+                    await engine.run(flow, 1, run_id="r")
+                except tether.RunCancelledError as exc:
+                    outcome.append(exc)
+                finally:
+                    ended.set()
+
+            nursery.start_soon(run)
+            await _executing(engine, "r")
+            start = trio.current_time()
+            await other.cancel("r")  # from another engine: via the store
+            info = await other.get_run("r")
+            assert info is not None and info.cancel_requested and info.executing
+            await ended.wait()
+            assert trio.current_time() - start <= 1.0 + 1e-9  # lease_ttl / 3
+        info = await other.get_run("r")
+        assert info is not None and info.status is RunStatus.CANCELLED
+        assert [e.key for e in info.entries] == ["quick#0"]  # completed steps kept
+        assert info.owner is None and not info.executing
+        for call in (other.run(flow, 1, run_id="r"), other.resume("r")):
+            with pytest.raises(tether.RunCancelledError):
+                await call
+        await other.cancel("r")  # already cancelled: nothing happens
+        assert executed == ["quick(1)", "waiting(1)"]
+
+
+async def test_cancel_in_the_same_engine_is_immediate(autojump_clock: trio.abc.Clock) -> None:
+    store = tether.MemoryStore()
+    outcome: list[BaseException] = []
+    ended = trio.Event()
+    async with (
+        tether.open_engine(store, lease_ttl=60.0) as engine,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def run() -> None:
+            try:
+                await engine.run(flow, 1, run_id="r")
+            except tether.RunCancelledError as exc:
+                outcome.append(exc)
+            finally:
+                ended.set()
+
+        nursery.start_soon(run)
+        await _executing(engine, "r")
+        start = trio.current_time()
+        await engine.cancel("r")
+        await ended.wait()
+        assert trio.current_time() - start < 0.01
+    assert outcome and "cancelled" in str(outcome[0])
+
+
+@tether.step
+async def flaky() -> int:
+    executed.append("flaky")
+    raise ValueError("flaky")
+
+
+@tether.workflow(name="tests.leases.fails")
+async def fails() -> int:
+    await quick(1)
+    return await flaky()
+
+
+@tether.workflow(name="tests.leases.asks")
+async def asks() -> bool:
+    await quick(1)
+    answer: bool = await tether.ask({"q": 1}, bool)
+    return answer
+
+
+async def test_cancel_of_runs_without_an_owner_is_final_at_once(store: Store) -> None:
+    async with tether.open_engine(store) as engine:
+        with pytest.raises(ValueError, match="flaky"):
+            await engine.run(fails, run_id="failed")
+        with pytest.raises(tether.Paused):
+            await engine.run(asks, run_id="paused")
+        gate.set()
+        assert await engine.run(flow, 1, run_id="done") == [2, 101, 4]
+        for run_id in ("failed", "paused"):
+            await engine.cancel(run_id)
+            info = await engine.get_run(run_id)
+            assert info is not None and info.status is RunStatus.CANCELLED, run_id
+            assert info.requests == () and [e.key for e in info.entries] == ["quick#0"]
+        with pytest.raises(tether.RunCancelledError):
+            await engine.resume("paused", responses={"ask#0": True})
+        with pytest.raises(tether.RunConflictError, match="completed"):
+            await engine.cancel("done")
+        info = await engine.get_run("done")
+        assert info is not None and info.status is RunStatus.COMPLETED
+        with pytest.raises(tether.RunNotFoundError):
+            await engine.cancel("nobody")
+        assert executed.count("flaky") == 1
+
+
+async def test_a_cancel_after_the_workflow_returned_is_ignored(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    faulty = FaultyStore(tether.MemoryStore())
+
+    async def cancel_first(call: Call) -> None:
+        record: RunRecord = call.args[0]
+        if record.status is RunStatus.COMPLETED:
+            await faulty.inner.cancel_run(record.run_id)  # lands just before the final write
+
+    faulty.inject("update_run", Do(cancel_first))
+    gate.set()
+    async with tether.open_engine(faulty) as engine:
+        assert await engine.run(flow, 1, run_id="r") == [2, 101, 4]
+        info = await engine.get_run("r")
+        assert info is not None and info.status is RunStatus.COMPLETED
+
+
+async def test_a_failure_stored_after_a_cancel_was_recorded_is_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    faulty = FaultyStore(tether.MemoryStore())
+
+    async def cancel_first(call: Call) -> None:
+        await faulty.inner.cancel_run(call.args[0].run_id)
+
+    faulty.inject("update_run", Do(cancel_first))
+    async with tether.open_engine(faulty) as engine:
+        with pytest.raises(tether.RunCancelledError) as info:
+            await engine.run(fails, run_id="r")
+        assert isinstance(info.value.__context__, ValueError)
+        stored = await faulty.inner.get_run("r")
+        assert stored is not None and stored.status is RunStatus.CANCELLED
+
+
+async def test_a_retry_after_a_timed_out_claim_resumes_the_run(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    faulty = FaultyStore(tether.MemoryStore())
+    faulty.inject("claim", Delay(5.0), at=1, after=True)  # the create lands, its answer is late
+    gate.set()
+    async with tether.open_engine(faulty) as engine:
+        with pytest.raises(trio.TooSlowError):
+            await engine.run(flow, 1, run_id="r", timeout=1.0)
+        assert await engine.run(flow, 1, run_id="r") == [2, 101, 4]
+        assert executed == ["quick(1)", "waiting(1)", "quick(2)"]
+
+
+async def test_open_engine_refuses_a_store_without_lease_methods() -> None:
+    class Old:
+        async def open(self) -> None: ...
+        async def close(self) -> None: ...
+        async def create_run(self, record: RunRecord) -> None: ...
+        async def update_run(self, record: RunRecord) -> None: ...
+        async def get_run(self, run_id: str) -> RunRecord | None:
+            return None
+
+        async def list_runs(self) -> Sequence[RunRecord]:
+            return []
+
+        async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
+            return entries
+
+        async def load_entries(self, run_id: str) -> Sequence[Entry]:
+            return []
+
+    with pytest.raises(tether.UsageError, match="it lacks claim, renew, cancel_run"):
+        async with tether.open_engine(Old()):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(tether.UsageError, match="lease_ttl"):
+        async with tether.open_engine(tether.MemoryStore(), lease_ttl=0):
+            pass
+
+
+# -- integrity and older formats ------------------------------------------------------------
+
+
+def test_a_stale_token_is_refused_and_a_recorded_cancel_survives_the_owners_write() -> None:
+    now = utcnow()
+    base = RunRecord(run_id="r", workflow="w", args="[]", created_at=now, updated_at=now)
+    current = attrs.evolve(base, owner="a", token=3, cancel_requested=True)
+    with pytest.raises(tether.LeaseLostError, match=r"token 2 was refused.*token is 3"):
+        fenced_update(current, attrs.evolve(base, owner="a", token=2))
+    paused = fenced_update(current, attrs.evolve(base, status=RunStatus.PAUSED, token=3))
+    assert paused.status is RunStatus.CANCELLED and paused.owner is None
+
+
+def test_an_entry_checksum_covers_every_field_and_its_seq() -> None:
+    now = utcnow()
+    entry = Entry(run_id="r", key="s#0", value="1", started_at=now, finished_at=now, token=2)
+    stored = entry.stored_as(1)
+    data = stored.to_json()
+    assert data["checksum"] == entry_checksum(entry.idempotency_key, 1)
+    assert loads_record(dumps_record(data), Entry.from_json) == stored
+    for field, value in [("value", "2"), ("seq", 2), ("token", 3), ("key", "s#1")]:
+        with pytest.raises(tether.stores.RecordDecodeError, match="checksum"):
+            Entry.from_json({**data, field: value})
+    legacy = {k: v for k, v in data.items() if k not in ("token", "checksum")}
+    assert Entry.from_json(legacy) == attrs.evolve(stored, token=0)  # format 1 stays readable
+
+
+def _v1_sqlite(path: Path) -> None:
+    """A store file as tether wrote it before leases (schema 1, format 1 records)."""
+    now = utcnow().isoformat()
+    run: dict[str, object] = {
+        "run_id": "old",
+        "workflow": flow.name,
+        "args": "[1]",
+        "status": "failed",
+        "result": None,
+        "error": {"type": "ValueError", "message": "x", "key": None},
+        "requests": [],
+        "created_at": now,
+        "updated_at": now,
+        "format_version": 1,
+    }
+    args_digest = digest(codec.encode_args((1,), {}, what="test"))
+    entry = {
+        "run_id": "old",
+        "seq": 1,
+        "key": "quick#0",
+        "kind": "step",
+        "status": "completed",
+        "value": "2",
+        "error": None,
+        "args_digest": args_digest,
+        "started_at": now,
+        "finished_at": now,
+        "attempt": 1,
+    }
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "run_id TEXT NOT NULL UNIQUE, data TEXT NOT NULL)"
+        )
+        conn.execute(
+            "CREATE TABLE entries (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+            "ikey TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq), "
+            "UNIQUE (run_id, ikey))"
+        )
+        conn.execute("INSERT INTO runs (run_id, data) VALUES ('old', ?)", (dumps_record(run),))
+        conn.execute("INSERT INTO entries VALUES ('old', 1, 'k', ?)", (dumps_record(entry),))
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+
+async def test_a_version_1_sqlite_file_is_migrated_and_its_run_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _v1_sqlite(path)
+    gate.set()
+    async with tether.open_engine(tether.SQLiteStore(path)) as engine:
+        info = await engine.get_run("old")
+        assert info is not None and info.status is RunStatus.FAILED
+        assert [(e.key, e.token) for e in info.entries] == [("quick#0", 0)]
+        assert await engine.resume("old") == [2, 101, 4]
+    assert executed == ["waiting(1)", "quick(2)"]  # quick#0 replayed from the old journal
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()
