@@ -621,3 +621,26 @@ async def test_a_version_1_sqlite_file_is_migrated_and_its_run_resumes(tmp_path:
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (2,)
     conn.close()
+
+
+async def test_a_lost_lease_that_turns_out_to_be_a_cancel_raises_run_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    outcome: list[BaseException] = []
+    async with tether.open_engine(store, lease_ttl=3.0) as engine, trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            try:
+                await engine.run(flow, 1, run_id="r")
+            except tether.TetherError as exc:
+                outcome.append(exc)
+
+        nursery.start_soon(run)
+        await _executing(engine, "r")
+        record = await store.get_run("r")
+        assert record is not None
+        # Cancelled as though its owner were gone: stored cancelled at once.
+        await store.cancel_run("r", takeover=record.token)
+    assert len(outcome) == 1 and isinstance(outcome[0], tether.RunCancelledError)
+    assert isinstance(outcome[0].__cause__, tether.LeaseLostError)

@@ -613,7 +613,28 @@ class Engine:
             del ending
         # Only a lost lease makes the lease scope catch a cancellation.
         assert ex.lost is not None
-        raise ex.lost
+        raise await self._lost_or_cancelled(record.run_id, ex.lost)
+
+    async def _lost_or_cancelled(self, run_id: str, lost: LeaseLostError) -> Exception:
+        """What a lost lease raises: RunCancelledError when the run turns out cancelled.
+
+        One read, bounded by a renewal interval so a lost lease stays prompt
+        when the store does not answer (then it is the LeaseLostError).
+        """
+        record = None
+        with trio.move_on_after(self._leases.ttl / 3):
+            try:
+                record = await self._store.get_run(run_id)
+            except Exception as exc:
+                lost.add_note(f"tether: reading run {run_id!r} afterwards failed too: {exc!r}")
+        if record is not None and record.status is RunStatus.CANCELLED:
+            cancelled = RunCancelledError(
+                f"run {run_id!r} was cancelled (engine.cancel) while it executed here; "
+                "its completed steps keep their records"
+            )
+            cancelled.__cause__ = lost
+            return cancelled
+        return lost
 
     async def _watch(self, ex: _Execution) -> Any:
         """Run the execution's guard nursery; the calling task is its watcher."""
