@@ -130,7 +130,21 @@ class Entry:
 
     def stored_as(self, seq: int) -> Entry:
         """A copy of this entry with its ``seq`` assigned (for stores)."""
-        return attrs.evolve(self, seq=seq)
+        # Spelled out: on every append, and several times cheaper than attrs.evolve.
+        return Entry(
+            run_id=self.run_id,
+            key=self.key,
+            kind=self.kind,
+            status=self.status,
+            value=self.value,
+            error=self.error,
+            args_digest=self.args_digest,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            attempt=self.attempt,
+            token=self.token,
+            seq=seq,
+        )
 
     def _content(self) -> dict[str, Any]:
         # Every field but seq (and the checksum derived from them all).
