@@ -1,22 +1,9 @@
-"""The engine: runs in nurseries, caller cancellation, resume.
+"""The engine: the public API of runs (run, resume, cancel, inspect) and open_engine.
 
-The shape of one execution (see docs/explanation/cancellation.md)::
-
-    engine.run(...)                         caller's task and cancel scopes
-    └─ outer scope (timeout=)               the caller's deadline
-       └─ guard nursery                     the caller's task waits here: it is the
-          │                                 watcher, and sees only *caller* cancellation
-          └─ runner task
-             └─ run nursery                 framework-owned
-                └─ workflow task            steps, parallel() children, ...
-                      each completed step saves in a shielded scope that the
-                      watcher cuts short when the caller cancels
-
-Cancellation that starts inside the run (a failing sibling, a step timeout)
-never reaches the shielded saves. Cancellation from the caller reaches the
-watcher at once; the watcher cancels every tracked shield, so the run unwinds
-within Trio's own delivery latency even when the store hangs, and the
-caller's own ``Cancelled`` is what ``engine.run`` raises.
+An engine reads a run, claims its lease (:mod:`._ownership`), and hands the
+claimed run to one :class:`~._execution.Execution`, which owns the nurseries,
+the lease and the outcome of that execution. ``open_engine`` owns the store's
+lifetime and the engine's one lease task.
 """
 
 from __future__ import annotations
@@ -32,12 +19,11 @@ import attrs
 import trio
 
 from ._codec import codec, loads
-from ._context import RunState, StoreErrors, _Frame, _frame, error_info
+from ._context import RunState, StoreErrors
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
     InvalidResponseError,
-    LeaseLostError,
     RunCancelledError,
     RunConflictError,
     RunNotFoundError,
@@ -46,15 +32,14 @@ from ._errors import (
     WorkflowNotFoundError,
 )
 from ._events import OpenRun, take_observer
-from ._hooks import HookEvent, Hooks
-from ._nurseries import exit_nursery, unwrap_single
+from ._execution import Execution
+from ._hooks import Hooks
+from ._nurseries import exit_nursery
 from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_is_gone
-from ._requests import Paused, Request, request_from_json, request_to_json
+from ._requests import Request, request_from_json
 from ._workflow import Workflow, lookup_workflow
 from .stores._protocol import (
     Entry,
-    EntryKind,
-    EntryStatus,
     ErrorInfo,
     RunRecord,
     RunStatus,
@@ -96,40 +81,9 @@ class RunInfo:
     cancel_requested: bool = False
 
 
-@attrs.define(eq=False)
-class _Execution:
-    state: RunState
-    workflow: Workflow[..., Any]
-    args: tuple[Any, ...]
-    record: RunRecord
-    original: RunRecord  # as stored before this execution (restored by an undo)
-    done: trio.Event = attrs.field(factory=trio.Event)
-    lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
-    released: bool = False  # a status write stored the outcome and released the lease
-    finished: bool = False  # the workflow returned or raised an Exception
-    value: Any = None  # the decoded result
-    result_text: str | None = None  # the encoded result
-    error: Exception | None = None  # what the workflow raised
-
-
-#: Entry kinds a replay takes from the journal (when completed).
-_REPLAYED = frozenset({EntryKind.STEP, EntryKind.STREAM, EntryKind.RESPONSE})
-
-
 def _validate_timeout(value: float | None, name: str) -> None:
     if value is not None and (not isinstance(value, int | float) or math.isnan(value) or value < 0):
         raise UsageError(f"{name} must be a non-negative number of seconds or None, not {value!r}")
-
-
-def _first_cancelled(exc: BaseException) -> BaseException:
-    """The first ``Cancelled`` inside *exc* (usually a group of them), else *exc*."""
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            found = _first_cancelled(sub)
-            if isinstance(found, trio.Cancelled):
-                return found
-    return exc
 
 
 @final
@@ -552,18 +506,6 @@ class Engine:
                 wf, record, args, provided=provided or {}, original=current or record
             )
 
-    async def _load_journal(self, run_id: str) -> dict[str, Entry]:
-        journal: dict[str, Entry] = {}
-        with StoreErrors(f"loading the journal of run {run_id!r}"):
-            entries = await self._store.load_entries(run_id)
-        for entry in entries:
-            if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
-                # The first completed record of a key is the one the
-                # workflow saw; a later duplicate (a save retried after an
-                # unclear failure) carries the same call.
-                journal.setdefault(entry.key, entry)
-        return journal
-
     async def _execute(
         self,
         wf: Workflow[..., Any],
@@ -585,264 +527,17 @@ class Engine:
             observer=take_observer(),
             token=record.token,
         )
-        ex = _Execution(state=state, workflow=wf, args=args, record=record, original=original)
-
-        def lose(exc: LeaseLostError) -> None:
-            # Like a caller cancellation: the watcher cuts saves short and
-            # nothing more is written; engine.run raises *exc*.
-            if ex.lost is None and not ex.released:
-                ex.lost = exc
-                ex.lease_scope.cancel()
-
-        state.lose = lose
-        self._leases.hold(record.run_id, record.token, lost=lose, cancelled=state.request_cancel)
-        ending: BaseException | None = None
-        try:
-            with ex.lease_scope:
-                state.journal = await self._load_journal(record.run_id)
-                return await self._watch(ex)
-        except BaseException as exc:
-            ending = exc
-            raise
-        finally:
-            self._leases.drop(record.run_id)
-            if not ex.released and ex.lost is None and _releasable(ending):
-                # No status was written (a caller cancellation, a store that
-                # failed): release the lease without holding up the caller.
-                self._leases.release_later(attrs.evolve(ex.record, owner=None, updated_at=utcnow()))
-            del ending
-        # Only a lost lease makes the lease scope catch a cancellation.
-        assert ex.lost is not None
-        raise await self._lost_or_cancelled(record.run_id, ex.lost)
-
-    async def _lost_or_cancelled(self, run_id: str, lost: LeaseLostError) -> Exception:
-        """What a lost lease raises: RunCancelledError when the run turns out cancelled.
-
-        One read, bounded by a renewal interval so a lost lease stays prompt
-        when the store does not answer (then it is the LeaseLostError).
-        """
-        record = None
-        with trio.move_on_after(self._leases.ttl / 3):
-            try:
-                record = await self._store.get_run(run_id)
-            except Exception as exc:
-                lost.add_note(f"tether: reading run {run_id!r} afterwards failed too: {exc!r}")
-        if record is not None and record.status is RunStatus.CANCELLED:
-            cancelled = RunCancelledError(
-                f"run {run_id!r} was cancelled (engine.cancel) while it executed here; "
-                "its completed steps keep their records"
-            )
-            cancelled.__cause__ = lost
-            return cancelled
-        return lost
-
-    async def _watch(self, ex: _Execution) -> Any:
-        """Run the execution's guard nursery; the calling task is its watcher."""
-        state, record = ex.state, ex.record
-        caller_exc: BaseException | None = None
-        try:
-            async with trio.open_nursery() as guard:
-                guard.start_soon(self._runner, ex, name=f"tether run {record.run_id}")
-                # This task is the watcher: it lives outside the run nursery,
-                # so the only cancellation that reaches it is the caller's.
-                try:
-                    await ex.done.wait()
-                except BaseException as exc:  # Cancelled, or KeyboardInterrupt
-                    caller_exc = exc
-                    state.cancel_by_caller()
-                    guard.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # The runner only lets through what it cannot turn into an outcome
-            # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
-            raise unwrap_single(group) from None
-        if caller_exc is not None:
-            # The caller's cancellation wins over whatever the run was doing.
-            try:
-                raise caller_exc
-            finally:
-                caller_exc = None
-        assert ex.finished or ex.error is not None
-        if ex.error is not None:
-            try:
-                raise ex.error
-            finally:
-                ex.error = None
-        return ex.value
-
-    async def _runner(self, ex: _Execution) -> None:
-        state = ex.state
-        try:
-            async with trio.open_nursery() as run_nursery:
-                state.run_scope = run_nursery.cancel_scope
-                if state.cancel_requested:
-                    run_nursery.cancel_scope.cancel()
-                run_nursery.start_soon(
-                    self._workflow_task, ex, name=f"tether workflow {state.run_id}"
-                )
-                state.task_started()
-            if state.aborted is not None:
-                await self._undo(ex, state.aborted)
-            elif state.cancel_requested and not ex.finished:
-                await self._cancelled(ex)
-            elif not ex.finished:
-                # Only a settlement cancels the run nursery and leaves the
-                # workflow unfinished.
-                assert state.settled is not None
-                await self._pause(ex, state.settled)
-            else:
-                await self._finish(ex)
-        except BaseException as exc:
-            if state.caller_cancelled:
-                # The caller's task raises the caller's cancellation; what the
-                # run was unwinding (Cancelled, a sibling's error) ends here.
-                await self._run_end_hook(ex, _first_cancelled(exc))
-                return
-            raise
-        finally:
-            ex.done.set()
-
-    async def _workflow_task(self, ex: _Execution) -> None:
-        state = ex.state
-        wf = ex.workflow
-        _frame.set(_Frame(state, "", trio.lowlevel.current_task()))
-        try:
-            if self._hooks.has("on_run_start"):
-                await self._hooks.call(
-                    "on_run_start", HookEvent(run_id=state.run_id, workflow=wf.name, name=wf.name)
-                )
-            value = await wf.fn(*ex.args)
-            # Encoded at once, like a step's result.
-            ex.result_text, decoded = codec.snapshot(
-                value,
-                wf.signature.return_type,
-                what=f"result of workflow {wf.name} (run {state.run_id!r})",
-            )
-            ex.value = decoded
-        except Exception as exc:
-            ex.error = exc
-        finally:
-            state.task_done()
-        ex.finished = True
-
-    async def _finish(self, ex: _Execution) -> None:
-        """Store the run's final status and call ``on_run_end``."""
-        state = ex.state
-        if ex.error is None:
-            record = attrs.evolve(
-                ex.record,
-                status=RunStatus.COMPLETED,
-                result=ex.result_text,
-                error=None,
-                owner=None,
-                updated_at=utcnow(),
-            )
-        else:
-            record = attrs.evolve(
-                ex.record,
-                status=RunStatus.FAILED,
-                error=error_info(ex.error),
-                owner=None,
-                updated_at=utcnow(),
-            )
-        try:
-            await self._store_status(
-                ex, record, f"storing the final status of run {state.run_id!r}"
-            )
-        except Exception as exc:
-            if ex.error is not None:
-                ex.error.add_note(
-                    f"tether: storing run {state.run_id!r} as failed also failed: {exc!r}"
-                )
-            else:
-                ex.error = exc
-        await self._run_end_hook(ex, ex.error)
-
-    async def _pause(self, ex: _Execution, requests: tuple[Request, ...]) -> None:
-        """Store the settled run as paused with its requests; raise :class:`Paused`."""
-        state = ex.state
-        record = attrs.evolve(
-            ex.record,
-            status=RunStatus.PAUSED,
-            requests=tuple(request_to_json(r) for r in requests),
-            result=None,
-            error=None,
-            owner=None,
-            updated_at=utcnow(),
+        execution = Execution(
+            store=self._store,
+            hooks=self._hooks,
+            leases=self._leases,
+            state=state,
+            workflow=wf,
+            args=args,
+            record=record,
+            original=original,
         )
-        outcome: Exception = Paused(state.run_id, requests)
-        try:
-            await self._store_status(ex, record, f"storing run {state.run_id!r} as paused")
-        except Exception as exc:
-            outcome = exc  # not stored as paused: resuming pauses it again
-        await self._run_end_hook(ex, outcome)
-        ex.error = outcome
-
-    async def _undo(self, ex: _Execution, error: BaseException) -> None:
-        """A response did not decode: put the run back as it was stored, raise *error*."""
-        state = ex.state
-        assert isinstance(error, Exception)
-        what = f"restoring run {state.run_id!r} as it was"
-        # As it was, but written with this execution's token, and released.
-        record = attrs.evolve(ex.original, owner=None, token=ex.record.token)
-        try:
-            await self._store_status(ex, record, what)
-        except Exception as exc:
-            error.add_note(f"tether: {what} failed too: {exc!r}; resume it to pause it again")
-        await self._run_end_hook(ex, error)
-        ex.error = error
-
-    async def _cancelled(self, ex: _Execution) -> None:
-        """A recorded cancel stopped the run: store ``cancelled``; raise RunCancelledError."""
-        state = ex.state
-        record = attrs.evolve(
-            ex.record,
-            status=RunStatus.CANCELLED,
-            requests=(),
-            result=None,
-            error=None,
-            owner=None,
-            cancel_requested=True,
-            updated_at=utcnow(),
-        )
-        outcome: Exception = RunCancelledError(
-            f"run {state.run_id!r} was cancelled (engine.cancel) while it executed here; "
-            "its completed steps keep their records"
-        )
-        try:
-            await self._store_status(ex, record, f"storing run {state.run_id!r} as cancelled")
-        except Exception as exc:
-            outcome = exc
-        await self._run_end_hook(ex, outcome)
-        ex.error = outcome
-
-    async def _store_status(self, ex: _Execution, record: RunRecord, what: str) -> None:
-        """Write the run's status and release its lease, in one fenced, shielded write.
-
-        A ``failed`` or ``paused`` outcome that the store turned into
-        ``cancelled`` (a cancel was recorded meanwhile) makes the run's
-        outcome :class:`RunCancelledError`.
-        """
-        with StoreErrors(what):
-            stored = await ex.state.shielded(what, self._store.update_run, record)
-        ex.released = True
-        if (
-            stored is not None
-            and stored.status is RunStatus.CANCELLED
-            and record.status is not RunStatus.CANCELLED
-        ):
-            cancelled = RunCancelledError(
-                f"run {ex.state.run_id!r} was cancelled (engine.cancel) while it executed "
-                f"here; it is stored as cancelled instead of {record.status}"
-            )
-            if ex.error is not None:
-                cancelled.__context__ = ex.error
-            ex.error = cancelled
-
-    async def _run_end_hook(self, ex: _Execution, exc: BaseException | None) -> None:
-        if self._hooks.has("on_run_end"):
-            name = ex.workflow.name
-            event = HookEvent(run_id=ex.state.run_id, workflow=name, name=name, exception=exc)
-            await ex.state.end_hook("on_run_end", event, exc)
+        return await execution.execute()
 
 
 @asynccontextmanager
@@ -939,21 +634,6 @@ _STORE_METHODS = (
     "renew",
     "cancel_run",
 )
-
-
-def _releasable(exc: BaseException | None) -> bool:
-    """Whether an execution that ended with *exc* releases its lease.
-
-    After an outcome, an error or a cancellation, yes. Not after what ends
-    the process (KeyboardInterrupt, SystemExit, a simulated crash): a
-    process that is going away writes nothing more, and its lease expires
-    (on this machine, it is taken over at once once the process is gone).
-    """
-    if exc is None:
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_releasable(e) for e in exc.exceptions)
-    return isinstance(exc, Exception | trio.Cancelled)
 
 
 def _check_not_cancelled(record: RunRecord) -> None:

@@ -1,0 +1,376 @@
+"""One execution of a claimed run: its nurseries, its lease, and its outcome.
+
+The shape of one execution (see docs/explanation/cancellation.md)::
+
+    engine.run(...)                         caller's task and cancel scopes
+    └─ outer scope (timeout=)               the caller's deadline
+       └─ lease scope                       cancelled when the run's lease is lost
+          └─ guard nursery                  the caller's task waits here: it is the
+             │                              watcher, and sees only *caller* cancellation
+             └─ runner task
+                └─ run nursery              framework-owned
+                   └─ workflow task         steps, parallel() children, ...
+                         each completed step saves in a shielded scope that the
+                         watcher cuts short when the caller cancels
+
+Cancellation that starts inside the run (a failing sibling, a step timeout,
+a settlement, a recorded cancel) never reaches the shielded saves.
+Cancellation from the caller reaches the watcher at once; the watcher cancels
+every tracked shield, so the run unwinds within Trio's own delivery latency
+even when the store hangs, and the caller's own ``Cancelled`` is what
+``engine.run`` raises. A lost lease cancels the lease scope, which the
+watcher sees exactly as a caller cancellation; ``engine.run`` then raises
+:class:`LeaseLostError`.
+
+Every outcome is stored by one fenced write that also releases the lease
+(:meth:`Execution._store_status`); an execution that stored none (a caller
+cancellation) has its lease released soon after by the engine's lease task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+
+from ._codec import codec
+from ._context import RunState, StoreErrors, _Frame, _frame, error_info
+from ._errors import LeaseLostError, RunCancelledError
+from ._hooks import HookEvent, Hooks
+from ._nurseries import unwrap_single
+from ._ownership import Leases
+from ._requests import Paused, Request, request_to_json
+from ._workflow import Workflow
+from .stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
+
+__all__ = ("Execution",)
+
+
+#: Entry kinds a replay takes from the journal (when completed).
+_REPLAYED = frozenset({EntryKind.STEP, EntryKind.STREAM, EntryKind.RESPONSE})
+
+
+def _first_cancelled(exc: BaseException) -> BaseException:
+    """The first ``Cancelled`` inside *exc* (usually a group of them), else *exc*."""
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _first_cancelled(sub)
+            if isinstance(found, trio.Cancelled):
+                return found
+    return exc
+
+
+def _releasable(exc: BaseException | None) -> bool:
+    """Whether an execution that ended with *exc* releases its lease.
+
+    After an outcome, an error or a cancellation, yes. Not after what ends
+    the process (KeyboardInterrupt, SystemExit, a simulated crash): a
+    process that is going away writes nothing more, and its lease expires
+    (on this machine, it is taken over at once once the process is gone).
+    """
+    if exc is None:
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_releasable(e) for e in exc.exceptions)
+    return isinstance(exc, Exception | trio.Cancelled)
+
+
+@attrs.define(eq=False)
+class Execution:
+    """One execution of a claimed run, from its lease to its outcome (see the module doc)."""
+
+    store: Store
+    hooks: Hooks
+    leases: Leases
+    state: RunState
+    workflow: Workflow[..., Any]
+    args: tuple[Any, ...]
+    record: RunRecord
+    original: RunRecord  # as stored before this execution (restored by an undo)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
+    released: bool = False  # a status write stored the outcome and released the lease
+    finished: bool = False  # the workflow returned or raised an Exception
+    value: Any = None  # the decoded result
+    result_text: str | None = None  # the encoded result
+    error: Exception | None = None  # what the workflow raised
+
+    async def execute(self) -> Any:
+        """Execute the claimed run, holding its lease throughout; return or raise its outcome.
+
+        A checkpoint. Caller cancellation is prompt (saves in flight are cut,
+        no status is written, the lease is released soon after by the
+        engine's lease task); a lost lease stops the run the same way and
+        raises :class:`LeaseLostError` (or :class:`RunCancelledError`, when
+        the run turns out cancelled).
+        """
+        state, record = self.state, self.record
+
+        def lose(exc: LeaseLostError) -> None:
+            # Like a caller cancellation: the watcher cuts saves short and
+            # nothing more is written; engine.run raises *exc*.
+            if self.lost is None and not self.released:
+                self.lost = exc
+                self.lease_scope.cancel()
+
+        state.lose = lose
+        self.leases.hold(record.run_id, record.token, lost=lose, cancelled=state.request_cancel)
+        ending: BaseException | None = None
+        try:
+            with self.lease_scope:
+                state.journal = await self._load_journal(record.run_id)
+                return await self._watch()
+        except BaseException as exc:
+            ending = exc
+            raise
+        finally:
+            self.leases.drop(record.run_id)
+            if not self.released and self.lost is None and _releasable(ending):
+                # No status was written (a caller cancellation, a store that
+                # failed): release the lease without holding up the caller.
+                self.leases.release_later(
+                    attrs.evolve(self.record, owner=None, updated_at=utcnow())
+                )
+            del ending
+        # Only a lost lease makes the lease scope catch a cancellation.
+        assert self.lost is not None
+        raise await self._lost_or_cancelled(record.run_id, self.lost)
+
+    async def _load_journal(self, run_id: str) -> dict[str, Entry]:
+        journal: dict[str, Entry] = {}
+        with StoreErrors(f"loading the journal of run {run_id!r}"):
+            entries = await self.store.load_entries(run_id)
+        for entry in entries:
+            if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
+                # The first completed record of a key is the one the
+                # workflow saw; a later duplicate (a save retried after an
+                # unclear failure) carries the same call.
+                journal.setdefault(entry.key, entry)
+        return journal
+
+    async def _lost_or_cancelled(self, run_id: str, lost: LeaseLostError) -> Exception:
+        """What a lost lease raises: RunCancelledError when the run turns out cancelled.
+
+        One read, bounded by a renewal interval so a lost lease stays prompt
+        when the store does not answer (then it is the LeaseLostError).
+        """
+        record = None
+        with trio.move_on_after(self.leases.ttl / 3):
+            try:
+                record = await self.store.get_run(run_id)
+            except Exception as exc:
+                lost.add_note(f"tether: reading run {run_id!r} afterwards failed too: {exc!r}")
+        if record is not None and record.status is RunStatus.CANCELLED:
+            cancelled = RunCancelledError(
+                f"run {run_id!r} was cancelled (engine.cancel) while it executed here; "
+                "its completed steps keep their records"
+            )
+            cancelled.__cause__ = lost
+            return cancelled
+        return lost
+
+    async def _watch(self) -> Any:
+        """Run the execution's guard nursery; the calling task is its watcher."""
+        state, record = self.state, self.record
+        caller_exc: BaseException | None = None
+        try:
+            async with trio.open_nursery() as guard:
+                guard.start_soon(self._runner, name=f"tether run {record.run_id}")
+                # This task is the watcher: it lives outside the run nursery,
+                # so the only cancellation that reaches it is the caller's.
+                try:
+                    await self.done.wait()
+                except BaseException as exc:  # Cancelled, or KeyboardInterrupt
+                    caller_exc = exc
+                    state.cancel_by_caller()
+                    guard.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The runner only lets through what it cannot turn into an outcome
+            # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
+            raise unwrap_single(group) from None
+        if caller_exc is not None:
+            # The caller's cancellation wins over whatever the run was doing.
+            try:
+                raise caller_exc
+            finally:
+                caller_exc = None
+        assert self.finished or self.error is not None
+        if self.error is not None:
+            try:
+                raise self.error
+            finally:
+                self.error = None
+        return self.value
+
+    async def _runner(self) -> None:
+        state = self.state
+        try:
+            async with trio.open_nursery() as run_nursery:
+                state.run_scope = run_nursery.cancel_scope
+                if state.cancel_requested:
+                    run_nursery.cancel_scope.cancel()
+                run_nursery.start_soon(self._workflow_task, name=f"tether workflow {state.run_id}")
+                state.task_started()
+            if state.aborted is not None:
+                await self._undo(state.aborted)
+            elif state.cancel_requested and not self.finished:
+                await self._cancelled()
+            elif not self.finished:
+                # Only a settlement cancels the run nursery and leaves the
+                # workflow unfinished.
+                assert state.settled is not None
+                await self._pause(state.settled)
+            else:
+                await self._finish()
+        except BaseException as exc:
+            if state.caller_cancelled:
+                # The caller's task raises the caller's cancellation; what the
+                # run was unwinding (Cancelled, a sibling's error) ends here.
+                await self._run_end_hook(_first_cancelled(exc))
+                return
+            raise
+        finally:
+            self.done.set()
+
+    async def _workflow_task(self) -> None:
+        state = self.state
+        wf = self.workflow
+        _frame.set(_Frame(state, "", trio.lowlevel.current_task()))
+        try:
+            if self.hooks.has("on_run_start"):
+                await self.hooks.call(
+                    "on_run_start", HookEvent(run_id=state.run_id, workflow=wf.name, name=wf.name)
+                )
+            value = await wf.fn(*self.args)
+            # Encoded at once, like a step's result.
+            self.result_text, decoded = codec.snapshot(
+                value,
+                wf.signature.return_type,
+                what=f"result of workflow {wf.name} (run {state.run_id!r})",
+            )
+            self.value = decoded
+        except Exception as exc:
+            self.error = exc
+        finally:
+            state.task_done()
+        self.finished = True
+
+    async def _finish(self) -> None:
+        """Store the run's final status and call ``on_run_end``."""
+        state = self.state
+        if self.error is None:
+            record = attrs.evolve(
+                self.record,
+                status=RunStatus.COMPLETED,
+                result=self.result_text,
+                error=None,
+                owner=None,
+                updated_at=utcnow(),
+            )
+        else:
+            record = attrs.evolve(
+                self.record,
+                status=RunStatus.FAILED,
+                error=error_info(self.error),
+                owner=None,
+                updated_at=utcnow(),
+            )
+        try:
+            await self._store_status(record, f"storing the final status of run {state.run_id!r}")
+        except Exception as exc:
+            if self.error is not None:
+                self.error.add_note(
+                    f"tether: storing run {state.run_id!r} as failed also failed: {exc!r}"
+                )
+            else:
+                self.error = exc
+        await self._run_end_hook(self.error)
+
+    async def _pause(self, requests: tuple[Request, ...]) -> None:
+        """Store the settled run as paused with its requests; raise :class:`Paused`."""
+        state = self.state
+        record = attrs.evolve(
+            self.record,
+            status=RunStatus.PAUSED,
+            requests=tuple(request_to_json(r) for r in requests),
+            result=None,
+            error=None,
+            owner=None,
+            updated_at=utcnow(),
+        )
+        outcome: Exception = Paused(state.run_id, requests)
+        try:
+            await self._store_status(record, f"storing run {state.run_id!r} as paused")
+        except Exception as exc:
+            outcome = exc  # not stored as paused: resuming pauses it again
+        await self._run_end_hook(outcome)
+        self.error = outcome
+
+    async def _undo(self, error: BaseException) -> None:
+        """A response did not decode: put the run back as it was stored, raise *error*."""
+        state = self.state
+        assert isinstance(error, Exception)
+        what = f"restoring run {state.run_id!r} as it was"
+        # As it was, but written with this execution's token, and released.
+        record = attrs.evolve(self.original, owner=None, token=self.record.token)
+        try:
+            await self._store_status(record, what)
+        except Exception as exc:
+            error.add_note(f"tether: {what} failed too: {exc!r}; resume it to pause it again")
+        await self._run_end_hook(error)
+        self.error = error
+
+    async def _cancelled(self) -> None:
+        """A recorded cancel stopped the run: store ``cancelled``; raise RunCancelledError."""
+        state = self.state
+        record = attrs.evolve(
+            self.record,
+            status=RunStatus.CANCELLED,
+            requests=(),
+            result=None,
+            error=None,
+            owner=None,
+            cancel_requested=True,
+            updated_at=utcnow(),
+        )
+        outcome: Exception = RunCancelledError(
+            f"run {state.run_id!r} was cancelled (engine.cancel) while it executed here; "
+            "its completed steps keep their records"
+        )
+        try:
+            await self._store_status(record, f"storing run {state.run_id!r} as cancelled")
+        except Exception as exc:
+            outcome = exc
+        await self._run_end_hook(outcome)
+        self.error = outcome
+
+    async def _store_status(self, record: RunRecord, what: str) -> None:
+        """Write the run's status and release its lease, in one fenced, shielded write.
+
+        A ``failed`` or ``paused`` outcome that the store turned into
+        ``cancelled`` (a cancel was recorded meanwhile) makes the run's
+        outcome :class:`RunCancelledError`.
+        """
+        with StoreErrors(what):
+            stored = await self.state.shielded(what, self.store.update_run, record)
+        self.released = True
+        if (
+            stored is not None
+            and stored.status is RunStatus.CANCELLED
+            and record.status is not RunStatus.CANCELLED
+        ):
+            cancelled = RunCancelledError(
+                f"run {self.state.run_id!r} was cancelled (engine.cancel) while it executed "
+                f"here; it is stored as cancelled instead of {record.status}"
+            )
+            if self.error is not None:
+                cancelled.__context__ = self.error
+            self.error = cancelled
+
+    async def _run_end_hook(self, exc: BaseException | None) -> None:
+        if self.hooks.has("on_run_end"):
+            name = self.workflow.name
+            event = HookEvent(run_id=self.state.run_id, workflow=name, name=name, exception=exc)
+            await self.state.end_hook("on_run_end", event, exc)
