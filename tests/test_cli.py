@@ -1,6 +1,9 @@
-"""``tether runs list`` / ``tether runs show``: read-only inspection of a store.
+"""``tether runs list`` / ``show`` / ``cancel``, ``tether run`` / ``resume``.
 
 The tests are synchronous, as the command line is: ``main`` calls ``trio.run``.
+A test that needs a run held by a live engine while the command line reads it
+runs the engine in its own ``trio.run`` and the command line in a worker
+thread (:func:`cli_beside`).
 """
 
 from __future__ import annotations
@@ -8,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +24,7 @@ import trio
 
 import tether
 from tether._cli import main
-from tether.stores import Store
+from tether.stores import RunRecord, Store
 
 SRC = Path(tether.__file__).resolve().parent.parent
 
@@ -124,11 +129,12 @@ def test_list_shows_every_run(populated: Populated) -> None:
         "UPDATED",
         "(UTC)",
         "PENDING",
+        "EXECUTION",
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
     assert rows["o-1"][1:3] == ["tests.cli.dispatch", "completed"]
     assert rows["bad-2"][1:3] == ["tests.cli.dispatch", "failed"]
-    assert rows["o-1"][-1] == "0"  # no pending requests
+    assert rows["o-1"][-2:] == ["0", "-"]  # no pending requests, not executing
     assert lines[1].split()[0] == "o-1"  # oldest first
     assert f"2 runs in {populated.spec}" in r.out
     assert r.err == ""
@@ -213,6 +219,7 @@ def test_pending_requests_are_counted_and_shown(tmp_path: Path) -> None:
         "paused",
         *r.out.splitlines()[1].split()[3:7],
         "2",
+        "-",
     ]
     r = cli("runs", "show", "p-1", "--store", f"sqlite:{path}")
     assert r.status == 0, r.err
@@ -312,7 +319,12 @@ def test_a_bad_store_in_the_environment_is_a_usage_error(
 
 
 def test_help_documents_the_store(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["runs", "list", "--help"], ["runs", "show", "--help"], ["--help"]):
+    for argv in (
+        ["runs", "list", "--help"],
+        ["runs", "show", "--help"],
+        ["runs", "cancel", "--help"],
+        ["--help"],
+    ):
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 0
@@ -326,6 +338,7 @@ def test_cli_refuses_unknown_commands(capsys: pytest.CaptureFixture[str]) -> Non
     usage_error("frobnicate", capsys=capsys)
     usage_error("runs", "delete", "x", capsys=capsys)
     usage_error("runs", "show", capsys=capsys)  # no run id
+    usage_error("runs", "cancel", capsys=capsys)
 
 
 # -- corrupt stores ------------------------------------------------------------------------
@@ -377,6 +390,319 @@ def test_a_corrupt_journal_entry_is_reported(populated: Populated) -> None:
     assert cli("runs", "list", "--store", populated.spec).status == 0  # lists need no journal
 
 
+# -- runs cancel -----------------------------------------------------------------------
+
+
+@attrs.define
+class Gate:
+    """Where :func:`at_gate` waits: it returns once the gate is open."""
+
+    started: trio.Event = attrs.Factory(trio.Event)  # a step reached the gate
+    opened: trio.Event = attrs.Factory(trio.Event)
+
+
+GATE = Gate()
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Gate:
+    """A new closed gate for this test (the module's own one is never opened)."""
+    fresh = Gate()
+    monkeypatch.setattr(sys.modules[__name__], "GATE", fresh)
+    return fresh
+
+
+@tether.step
+async def at_gate(order_id: str) -> str:
+    GATE.started.set()
+    await GATE.opened.wait()
+    return f"through {order_id}"
+
+
+@tether.workflow(name="tests.cli.gated")
+async def gated(order_id: str) -> str:
+    parcel = await weigh(order_id)
+    return await at_gate(parcel.order_id)
+
+
+@tether.workflow(name="tests.cli.approve")
+async def approve(order_id: str) -> bool:
+    parcel = await weigh(order_id)
+    return await tether.ask({"grams": parcel.weight_grams}, bool)
+
+
+async def interrupt(engine: tether.Engine, run_id: str) -> None:
+    """Leave *run_id* ``running`` with no live owner: its caller gave up on it."""
+    with trio.move_on_after(0.2) as scope:
+        await engine.run(gated, run_id, run_id=run_id)
+    assert scope.cancelled_caught
+
+
+async def unfinished_runs(store: Store) -> None:
+    """A paused ``p-1``, a failed ``bad-2`` and an interrupted ``i-3``."""
+    async with tether.open_engine(store) as engine:
+        with pytest.raises(tether.Paused):
+            await engine.run(approve, "p-1", run_id="p-1")
+        with pytest.raises(ExceptionGroup):
+            await engine.run(dispatch, "bad-2", run_id="bad-2")
+        await interrupt(engine, "i-3")
+
+
+def new_store(kind: str, tmp_path: Path) -> tuple[str, Store]:
+    """A fresh store of *kind*: the ``--store`` spec and the store object."""
+    if kind == "sqlite":
+        return f"sqlite:{tmp_path / 'runs.db'}", sqlite_store(tmp_path / "runs.db")
+    (tmp_path / "runs").mkdir()
+    return f"file:{tmp_path / 'runs'}", file_store(tmp_path / "runs")
+
+
+async def expect_cancelled(store: Store, run_id: str) -> None:
+    async with tether.open_engine(store) as engine:
+        with pytest.raises(tether.RunCancelledError):
+            await engine.resume(run_id)
+
+
+@pytest.mark.usefixtures("gate")
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_cancel_paused_failed_and_interrupted_runs(kind: str, tmp_path: Path) -> None:
+    spec, store = new_store(kind, tmp_path)
+    trio.run(unfinished_runs, store)
+    for run_id, was in (("p-1", "paused"), ("bad-2", "failed"), ("i-3", "interrupted")):
+        r = cli("runs", "cancel", run_id, "--store", spec)
+        assert (r.status, r.err) == (0, "")
+        assert r.out == f"run {run_id} cancelled (it was {was}; its journal is kept)\n"
+        r = cli("runs", "show", run_id, "--store", spec)
+        assert r.status == 0, r.err
+        assert "status:    cancelled" in r.out.splitlines()
+        assert "weigh#0" in r.out  # the journal is kept
+        assert "pending requests: none" in r.out  # p-1's request is cleared
+        trio.run(expect_cancelled, store, run_id)
+        r = cli("resume", run_id, "--store", spec)
+        assert r.status == 1
+        assert r.err.startswith(f"tether: run {run_id}: RunCancelledError: ")
+        assert "failed" not in r.err
+        # Cancelling again does nothing, and says so.
+        r = cli("runs", "cancel", run_id, "--store", spec)
+        assert (r.status, r.out, r.err) == (0, f"run {run_id} was already cancelled\n", "")
+    rows = [line.split() for line in cli("runs", "list", "--store", spec).out.splitlines()[1:4]]
+    assert [(row[0], row[2], row[-1]) for row in rows] == [
+        ("p-1", "cancelled", "-"),
+        ("bad-2", "cancelled", "-"),
+        ("i-3", "cancelled", "-"),
+    ]
+
+
+def test_cancel_of_a_completed_run_fails_and_changes_nothing(populated: Populated) -> None:
+    before = cli("runs", "show", "o-1", "--store", populated.spec)
+    r = cli("runs", "cancel", "o-1", "--store", populated.spec)
+    assert r.status == 1
+    assert r.out == ""
+    assert r.err == (
+        "tether: run 'o-1' has completed; a completed run cannot be cancelled (nothing changed)\n"
+    )
+    assert cli("runs", "show", "o-1", "--store", populated.spec) == before
+
+
+def test_cancel_of_an_unknown_run_fails(populated: Populated, tmp_path: Path) -> None:
+    r = cli("runs", "cancel", "nope", "--store", populated.spec)
+    assert (r.status, r.out) == (1, "")
+    assert r.err == f"tether: no run 'nope' in {populated.spec}\n"
+    # ... and a store that does not exist is not created to cancel in it.
+    missing = tmp_path / "missing.db"
+    r = cli("runs", "cancel", "o-1", "--store", f"sqlite:{missing}")
+    assert r.status == 1
+    assert f"the SQLite file {missing} does not exist" in r.err
+    assert not missing.exists()
+
+
+# -- executing or interrupted ----------------------------------------------------------
+
+EXECUTING = re.compile(
+    r"executing on (?P<owner>\S+), lease until \d\d:\d\d:\d\d UTC \(in (?P<secs>\d+) s\)"
+)
+
+
+async def cli_beside(*argv: str) -> Result:
+    """The command line, in a worker thread, while this trio run's engines hold runs."""
+    return await trio.to_thread.run_sync(lambda: cli(*argv))
+
+
+def row_of(listing: Result, run_id: str) -> str:
+    return next(line for line in listing.out.splitlines() if line.startswith(f"{run_id} "))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_a_run_a_live_engine_executes_shows_its_owner_until_cancelled(
+    kind: str, tmp_path: Path, gate: Gate
+) -> None:
+    spec, store = new_store(kind, tmp_path)
+
+    async def scenario() -> None:
+        with trio.fail_after(20):
+            await hold_and_cancel()
+
+    async def hold_and_cancel() -> None:
+        # The nursery waits for hold(): the owner stops the cancelled run at its
+        # next renewal (every lease_ttl / 3 = 1 s), and engine.run raises.
+        async with (
+            tether.open_engine(store, lease_ttl=3.0) as engine,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def hold() -> None:
+                with pytest.raises(tether.RunCancelledError):
+                    await engine.run(gated, "h-1", run_id="h-1")
+
+            nursery.start_soon(hold)
+            await gate.started.wait()
+
+            listing = await cli_beside("runs", "list", "--store", spec)
+            assert listing.status == 0, listing.err
+            row = row_of(listing, "h-1")
+            assert row.split()[2] == "running"
+            found = EXECUTING.search(row)
+            assert found is not None, row
+            assert found["owner"] == engine.owner
+            assert 0 < int(found["secs"]) <= 3
+            assert "interrupted" not in listing.out
+
+            shown = await cli_beside("runs", "show", "h-1", "--store", spec)
+            lines = shown.out.splitlines()
+            assert "status:    running — executing" in lines
+            assert f"owner:     {engine.owner}" in lines
+            lease = next(line for line in lines if line.startswith("lease:"))
+            assert re.fullmatch(r"lease: +until \S+ UTC \(in [123] s\)", lease), lease
+            assert not any(line.startswith("cancel:") for line in lines)
+            # Resuming it elsewhere is refused, and not reported as a failure of the run.
+            r = await cli_beside("resume", "h-1", "--store", spec)
+            assert r.status == 1
+            assert r.err.startswith(
+                f"tether: run h-1: RunConflictError: run 'h-1' is executing elsewhere: "
+                f"owner {engine.owner} holds its lease"
+            )
+
+            r = await cli_beside("runs", "cancel", "h-1", "--store", spec)
+            assert (r.status, r.err) == (0, "")
+            assert r.out == (
+                f"run h-1: cancel recorded; its owner {engine.owner} stops it within one "
+                "lease renewal interval (unless it completes first)\n"
+            )
+            # Until the owner's next renewal, the run executes with a cancel requested.
+            shown = await cli_beside("runs", "show", "h-1", "--store", spec)
+            lines = shown.out.splitlines()
+            if "status:    running — executing" in lines:
+                assert (
+                    "cancel:    requested; its owner stops the run within one lease "
+                    "renewal interval (unless it completes first)"
+                ) in lines
+            else:
+                assert "status:    cancelled" in lines
+
+    trio.run(scenario)
+    shown = cli("runs", "show", "h-1", "--store", spec)
+    assert "status:    cancelled" in shown.out.splitlines()
+    assert "owner:" not in shown.out
+    assert row_of(cli("runs", "list", "--store", spec), "h-1").split()[-1] == "-"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_a_run_whose_caller_gave_up_is_interrupted_and_resumable(
+    kind: str, tmp_path: Path, gate: Gate
+) -> None:
+    spec, store = new_store(kind, tmp_path)
+
+    async def leave_interrupted() -> None:
+        async with tether.open_engine(store) as engine:
+            await interrupt(engine, "i-1")
+
+    trio.run(leave_interrupted)
+    hint = f"`tether resume i-1 --import MODULE --store {spec}`"
+    listing = cli("runs", "list", "--store", spec)
+    row = row_of(listing, "i-1")
+    assert row.split()[2] == "running"
+    assert row.endswith(f"  interrupted — resume it with {hint}")
+    assert "executing" not in listing.out
+    shown = cli("runs", "show", "i-1", "--store", spec)
+    lines = shown.out.splitlines()
+    assert f"status:    running — interrupted: resume it with {hint}" in lines
+    assert "owner:     none" in lines
+    assert "executing" not in shown.out
+    assert not any(line.startswith("lease:") for line in lines)
+    # The hint works (this process defines the workflow: no --import needed here).
+    gate.opened.set()
+    r = cli("resume", "i-1", "--store", spec)
+    assert r.status == 0, r.err
+    assert r.out.splitlines()[-1] == '"through i-1"'
+    assert row_of(cli("runs", "list", "--store", spec), "i-1").split()[2] == "completed"
+
+
+def dead_pid() -> int:
+    """The pid of a process of this machine that has exited."""
+    code = "import os; print(os.getpid())"
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
+
+
+async def claim_as(store: Store, owner: str, run_id: str, cancel: bool = False) -> None:
+    """Store *run_id* as held by *owner*, an engine elsewhere (with a 90 s lease)."""
+    now = tether.stores.utcnow()
+    async with tether.open_engine(store):
+        await store.claim(
+            run_id,
+            owner,
+            ttl=90,
+            create=RunRecord(
+                run_id=run_id, workflow="elsewhere.flow", args="[]", created_at=now, updated_at=now
+            ),
+        )
+        if cancel:  # recorded before its owner vanished: it never saw it
+            stored = await store.cancel_run(run_id)
+            assert stored.cancel_requested
+
+
+def test_runs_held_by_other_processes(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    spec = f"sqlite:{path}"
+    remote = "elsewhere.example:4242:1-abcdef12"  # another machine: live until its lease expires
+    gone = f"{socket.gethostname()}:{dead_pid()}:1-deadbeef"  # this machine, its process gone
+    trio.run(claim_as, sqlite_store(path), remote, "r-1")
+    trio.run(claim_as, sqlite_store(path), gone, "g-2")
+    trio.run(claim_as, sqlite_store(path), gone, "g-3", True)
+
+    listing = cli("runs", "list", "--store", spec)
+    assert listing.status == 0, listing.err
+    found = EXECUTING.search(row_of(listing, "r-1"))
+    assert found is not None and found["owner"] == remote
+    assert 0 < int(found["secs"]) <= 90
+    assert row_of(listing, "g-2").endswith(
+        f"  interrupted — resume it with `tether resume g-2 --import MODULE --store {spec}`"
+    )
+    assert row_of(listing, "g-3").endswith(
+        f"  interrupted, cancel requested — finish the cancel with "
+        f"`tether runs cancel g-3 --store {spec}`"
+    )
+    shown = cli("runs", "show", "g-2", "--store", spec).out.splitlines()
+    assert f"owner:     none (last: {gone}, no longer live)" in shown
+
+    r = cli("runs", "cancel", "r-1", "--store", spec)
+    assert r.out == (
+        f"run r-1: cancel recorded; its owner {remote} stops it within one lease renewal "
+        "interval (unless it completes first)\n"
+    )
+    r = cli("runs", "cancel", "r-1", "--store", spec)
+    assert r.out.startswith(f"run r-1: cancel was already recorded; its owner {remote} stops")
+    row = row_of(cli("runs", "list", "--store", spec), "r-1")
+    assert row.split()[2] == "running" and row.endswith("; cancel requested")
+    shown = cli("runs", "show", "r-1", "--store", spec).out.splitlines()
+    assert "status:    running — executing" in shown
+    assert any(line.startswith("cancel:    requested") for line in shown)
+
+    # A dead owner on this machine is taken over at once: cancelled now, not in 90 s.
+    for run_id in ("g-2", "g-3"):
+        r = cli("runs", "cancel", run_id, "--store", spec)
+        assert r.out == f"run {run_id} cancelled (it was interrupted; its journal is kept)\n"
+        assert "status:    cancelled" in cli("runs", "show", run_id, "--store", spec).out
+
+
 # -- as a real process, without the workflow's code ----------------------------------------
 
 
@@ -410,6 +736,14 @@ def test_python_dash_m_tether_runs_in_a_fresh_process(populated: Populated) -> N
     proc = run_tether("runs", "list", "--store", "mysql:x", cwd=populated.path.parent)
     assert proc.returncode == 2
     assert "usage:" in proc.stderr
+    proc = run_tether("runs", "cancel", "o-1", "--store", populated.spec, cwd=populated.path.parent)
+    assert proc.returncode == 1
+    assert "has completed; a completed run cannot be cancelled (nothing changed)" in proc.stderr
+    proc = run_tether(
+        "runs", "cancel", "bad-2", "--store", populated.spec, cwd=populated.path.parent
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "run bad-2 cancelled (it was failed; its journal is kept)\n"
 
 
 # -- tether run / tether resume: execute with live progress ---------------------------

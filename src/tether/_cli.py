@@ -1,18 +1,23 @@
 """The ``tether`` command line.
 
 ``tether demo`` tells the checkout story on SQLite; ``tether runs list`` and
-``tether runs show RUN_ID`` read a store and print what it holds. The ``runs``
-commands only read: they never create a store, and they work without the
-workflows' code (a result is then shown as the JSON it was stored as).
-``tether run MODULE:WORKFLOW`` and ``tether resume RUN_ID`` execute, with a
-live progress display (see ``_cli_exec``).
+``tether runs show RUN_ID`` read a store and print what it holds, including
+whether a ``running`` run is executing now (its owner and lease) or was
+interrupted (no live owner: resume it). ``tether runs cancel RUN_ID`` records
+a cancel (``engine.cancel``). The ``runs`` commands never create a store, and
+they work without the workflows' code (a result is then shown as the JSON it
+was stored as); ``list`` and ``show`` only read. ``tether run MODULE:WORKFLOW``
+and ``tether resume RUN_ID`` execute, with a live progress display (see
+``_cli_exec``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -25,8 +30,9 @@ import trio
 
 from ._codec import codec
 from ._engine import RunInfo, open_engine
-from ._errors import TetherError
-from .stores import Entry, FileStore, RunStatus, SQLiteStore, Store
+from ._errors import RunConflictError, TetherError
+from ._ownership import owner_is_gone
+from .stores import Entry, FileStore, RunRecord, RunStatus, SQLiteStore, Store
 
 __all__ = ("StoreSpec", "main")
 
@@ -42,8 +48,9 @@ stores:
   The store is --store, else the environment variable {STORE_ENV}, else
   {DEFAULT_STORE} (tether.db in the current directory).
 
-exit status: 0 on success, 1 when the run or store does not exist or the
-store cannot be read, 2 for a usage error."""
+exit status: 0 on success, 1 when the run or store does not exist, the
+store cannot be read, or the run cannot be cancelled (it has completed),
+2 for a usage error."""
 
 
 class _SpecError(ValueError):
@@ -141,6 +148,59 @@ def _duration(delta: timedelta) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def _from_now(moment: datetime, now: datetime) -> str:
+    seconds = (moment - now).total_seconds()
+    if seconds <= 0:
+        return "now"
+    if seconds < 120:
+        return f"in {math.ceil(seconds)} s"
+    return f"in {seconds / 60:.0f} min"
+
+
+def _lease(expires: datetime) -> str:
+    """``until 12:00:03 UTC (in 9 s)``: when a lease expires, and how soon."""
+    now = datetime.now(UTC)
+    expires = expires.astimezone(UTC)
+    time = expires.strftime("%H:%M:%S") if expires.date() == now.date() else _when(expires)
+    return f"until {time} UTC ({_from_now(expires, now)})"
+
+
+def _hint(*words: str, store: str | None, then: str = "") -> str:
+    """A command to type, in backquotes; with ``--store`` when the reader named one."""
+    named = "" if store is None else f" --store {shlex.quote(store)}"
+    return f"`{shlex.join(words)}{then}{named}`"
+
+
+def _interrupted(info: RunInfo) -> bool:
+    """A ``running`` run that no live owner executes (a crash, a caller cancellation)."""
+    return info.status is RunStatus.RUNNING and not info.executing
+
+
+def _execution(info: RunInfo, store: str | None) -> str:
+    """Who executes *info* now, or what to do with an interrupted run; ``-`` when neither.
+
+    *store* is the ``--store`` the command was given, if any: the hints repeat it.
+    """
+    if info.executing:
+        text = f"executing on {info.owner}, lease "
+        text += _lease(info.lease_expires_at) if info.lease_expires_at else "live"
+        return text + ("; cancel requested" if info.cancel_requested else "")
+    if _interrupted(info):
+        cancel = ", cancel requested" if info.cancel_requested else ""
+        return f"interrupted{cancel} — {_next_step(info, store)}"
+    return "-"
+
+
+def _next_step(info: RunInfo, store: str | None) -> str:
+    """What to do with an interrupted run."""
+    if info.cancel_requested:  # its owner vanished before it saw the cancel
+        command = _hint("tether", "runs", "cancel", info.run_id, store=store)
+        return f"finish the cancel with {command}"
+    # `tether resume` needs the workflow's code: MODULE is the operator's to name.
+    command = _hint("tether", "resume", info.run_id, store=store, then=" --import MODULE")
+    return f"resume it with {command}"
+
+
 def _json_text(value: Any) -> str:
     """A stored or decoded value, as compact JSON when it is JSON-ready."""
     try:
@@ -189,7 +249,9 @@ def _entry_outcome(entry: Entry) -> str:
     return _stored_json(entry.value)
 
 
-def print_run_list(runs: Sequence[RunInfo], spec: str, out: TextIO, width: int) -> None:
+def print_run_list(
+    runs: Sequence[RunInfo], spec: str, out: TextIO, *, store: str | None = None
+) -> None:
     if not runs:
         print(f"no runs in {spec}", file=out)
         return
@@ -201,22 +263,48 @@ def print_run_list(runs: Sequence[RunInfo], spec: str, out: TextIO, width: int) 
             _when(r.created_at),
             _when(r.updated_at),
             str(len(r.requests)),
+            _execution(r, store),
         )
         for r in runs
     ]
-    header = ("RUN ID", "WORKFLOW", "STATUS", "CREATED (UTC)", "UPDATED (UTC)", "PENDING")
-    # Every column matters here: abbreviate none of them but the run ids' width.
-    _table(out, header, rows, max(width, sum(len(c) for c in rows[0]) + 12))
+    header = (
+        "RUN ID",
+        "WORKFLOW",
+        "STATUS",
+        "CREATED (UTC)",
+        "UPDATED (UTC)",
+        "PENDING",
+        "EXECUTION",
+    )
+    # Every column matters here (an owner cut short names nobody): abbreviate none.
+    _table(out, header, rows, sys.maxsize)
     print(f"\n{len(runs)} run{'s' if len(runs) != 1 else ''} in {spec}", file=out)
 
 
-def print_run(info: RunInfo, out: TextIO, width: int) -> None:
+def print_run(info: RunInfo, out: TextIO, width: int, *, store: str | None = None) -> None:
     def field(name: str, value: str) -> None:
         print(f"{name + ':':<10} {value}", file=out)
 
     field("run", info.run_id)
     field("workflow", info.workflow)
-    field("status", info.status.value)
+    if info.executing:
+        field("status", f"{info.status.value} — executing")
+        field("owner", str(info.owner))
+        if info.lease_expires_at is not None:
+            field("lease", _lease(info.lease_expires_at))
+    elif _interrupted(info):
+        cancel = ", cancel requested" if info.cancel_requested else ""
+        field("status", f"{info.status.value} — interrupted{cancel}: {_next_step(info, store)}")
+        last = "" if info.owner is None else f" (last: {info.owner}, no longer live)"
+        field("owner", f"none{last}")
+    else:
+        field("status", info.status.value)
+    if info.cancel_requested and info.executing:
+        field(
+            "cancel",
+            "requested; its owner stops the run within one lease renewal interval "
+            "(unless it completes first)",
+        )
     field("created", f"{_when(info.created_at)} UTC")
     field("updated", f"{_when(info.updated_at)} UTC")
     if info.error is not None:
@@ -263,19 +351,75 @@ def print_run(info: RunInfo, out: TextIO, width: int) -> None:
 # -- commands -------------------------------------------------------------------------
 
 
+def _live_owner(record: RunRecord) -> bool:
+    """Whether a live owner executes *record* (as ``RunInfo.executing`` tells)."""
+    return (
+        record.owner is not None
+        and record.lease_expires_at is not None
+        and not owner_is_gone(record.owner)
+    )
+
+
+async def _cancel(store: Store, spec: str, run_id: str, out: TextIO, err: TextIO) -> int:
+    """``tether runs cancel``: ``engine.cancel``, then one line saying what it did."""
+    async with open_engine(store) as engine:
+        before = await store.get_run(run_id)
+        if before is None:
+            print(f"tether: no run {run_id!r} in {spec}", file=err)
+            return 1
+        try:
+            await engine.cancel(run_id)
+        except RunConflictError as exc:
+            print(f"tether: {exc}", file=err)
+            return 1
+        after = await store.get_run(run_id)
+    assert after is not None  # runs are never deleted
+    if before.status is RunStatus.CANCELLED:
+        print(f"run {run_id} was already cancelled", file=out)
+    elif after.status is RunStatus.CANCELLED:
+        was = before.status.value
+        if before.status is RunStatus.RUNNING:
+            was = "executing" if _live_owner(before) else "interrupted"
+        print(f"run {run_id} cancelled (it was {was}; its journal is kept)", file=out)
+    elif after.status is RunStatus.RUNNING and after.cancel_requested:
+        again = " was already" if before.cancel_requested else ""
+        print(
+            f"run {run_id}: cancel{again} recorded; its owner {after.owner} stops it within "
+            "one lease renewal interval (unless it completes first)",
+            file=out,
+        )
+    elif after.status is RunStatus.COMPLETED:
+        # The cancel was recorded as the owner finished: a completed run stands.
+        print(f"tether: run {run_id!r} completed before its owner saw the cancel", file=err)
+        return 1
+    else:  # pragma: no cover - the stores store nothing else after a cancel
+        print(f"run {run_id}: cancel recorded; it is {after.status.value}", file=out)
+    return 0
+
+
 async def _runs_command(
-    store: Store, spec: str, command: str, run_id: str | None, out: TextIO, err: TextIO
+    store: Store,
+    spec: str,
+    named: str | None,
+    command: str,
+    run_id: str | None,
+    out: TextIO,
+    err: TextIO,
 ) -> int:
+    """One ``runs`` command; *named* is the ``--store`` given, which hints repeat."""
+    if command == "cancel":
+        assert run_id is not None
+        return await _cancel(store, spec, run_id, out, err)
     async with open_engine(store) as engine:
         if command == "list":
-            print_run_list(await engine.list_runs(), spec, out, _width())
+            print_run_list(await engine.list_runs(), spec, out, store=named)
             return 0
         assert run_id is not None
         info = await engine.get_run(run_id)
         if info is None:
             print(f"tether: no run {run_id!r} in {spec}", file=err)
             return 1
-        print_run(info, out, _width())
+        print_run(info, out, _width(), store=named)
         return 0
 
 
@@ -339,7 +483,8 @@ def _runs(
         return 1
     try:
         run_id: str | None = getattr(args, "run_id", None)
-        return trio.run(_runs_command, store, str(spec), args.runs_command, run_id, out, err)
+        command = args.runs_command
+        return trio.run(_runs_command, store, str(spec), args.store, command, run_id, out, err)
     except TetherError as exc:
         # Strict reads: a record that cannot be read names the run and the place.
         print(f"tether: {spec}: {type(exc).__name__}: {exc}", file=err)
@@ -386,16 +531,18 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     runs = _command(
         sub,
         "runs",
-        help="inspect stored runs (read only)",
-        description="Inspect the runs in a store. These commands only read.",
+        help="inspect stored runs, or cancel one",
+        description="Inspect the runs in a store (list and show only read), or cancel one.",
     )
     runs_sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
     listing = _command(
         runs_sub,
         "list",
         parents=[store_options],
-        help="one line per run: id, workflow, status, times, pending requests",
-        description="List the runs of a store, oldest first.",
+        help="one line per run: id, workflow, status, times, pending requests, execution",
+        description="List the runs of a store, oldest first. EXECUTION tells, for a "
+        "running run, whether an owner executes it now (the owner and when its lease "
+        "expires) or it was interrupted (no live owner: resume it).",
     )
     show = _command(
         runs_sub,
@@ -405,6 +552,18 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         description="Show one run: its status, result or error, pending requests and journal.",
     )
     show.add_argument("run_id", metavar="RUN_ID")
+    cancel = _command(
+        runs_sub,
+        "cancel",
+        parents=[store_options],
+        help="cancel a run (final: it never executes again)",
+        description="Cancel RUN_ID (engine.cancel). A paused, failed or interrupted run is "
+        "cancelled at once; a run that an owner executes is stopped by that owner within "
+        "one lease renewal interval (its lease_ttl / 3), unless the run completes first. "
+        "The journal is kept. Cancelling a cancelled run does nothing; a completed run "
+        "cannot be cancelled (exit status 1, nothing changes).",
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID")
 
     exec_options = argparse.ArgumentParser(add_help=False, parents=[store_options])
     exec_options.add_argument(
@@ -446,7 +605,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="KEY=VALUE",
         help="answer the request KEY with VALUE (JSON, or else a plain string; repeatable)",
     )
-    return parser, {"list": listing, "show": show, "run": run, "resume": resume}
+    return parser, {
+        "list": listing,
+        "show": show,
+        "cancel": cancel,
+        "run": run,
+        "resume": resume,
+    }
 
 
 def main(

@@ -17,7 +17,13 @@ from typing import Any, TextIO
 import trio
 
 from ._engine import Engine, open_engine
-from ._errors import TetherError, UsageError
+from ._errors import (
+    LeaseLostError,
+    RunCancelledError,
+    RunConflictError,
+    TetherError,
+    UsageError,
+)
 from ._events import OpenRun
 from ._progress import show_progress
 from ._requests import Paused
@@ -92,6 +98,11 @@ async def run_live(
             respond = " ".join(f"--respond '{r.key}=...'" for r in paused.requests)
             print(f"answer with: tether resume {paused.run_id} {respond}", file=out)
             return EXIT_PAUSED
+        except (RunCancelledError, RunConflictError, LeaseLostError) as exc:
+            # Not the workflow failing: the run is cancelled, or another owner
+            # holds it (or took it over). Saying "failed" would mislead.
+            print(f"tether: run {run.run_id}: {type(exc).__name__}: {exc}", file=err)
+            return 1
         except Exception as exc:
             print(f"tether: run {run.run_id} failed: {type(exc).__name__}: {exc}", file=err)
             return 1
