@@ -10,14 +10,16 @@ batches of 1000; not timed). Then two things are timed, each the median of
 several repeats:
 
 * ``load``: ``store.load_entries(run_id)``, the store's read alone;
-* ``resume``: ``engine.resume(run_id)``: reading the run and its journal,
-  re-executing the workflow with all N steps replayed from the journal
-  (none executes: checked), and storing the final status. Between repeats
-  the run is set back to ``running`` (not timed).
+* ``resume``: ``engine.resume(run_id)``: claiming the run, reading its
+  journal, re-executing the workflow with all N steps replayed from the
+  journal (none executes: checked), and storing its outcome. The workflow
+  ends by asking for a response (``tether.ask``) that nobody gives, so each
+  resume replays everything and pauses again: the next repeat resumes the
+  same run, with nothing written around the engine.
 
 The per-entry cost is ``(T(N) - T(0)) / N``, with T(0) the same operation
 on a run with an empty journal (a fixed cost: reading the run record,
-storing the final status). Constant per-entry cost across N means linear
+storing the pause). Constant per-entry cost across N means linear
 scaling. ``MemoryStore`` is the baseline: ``vs memory`` divides a store's
 resume time by MemoryStore's at the same N. The FileStore (one fsynced file
 per entry) is capped at 10k entries: writing 100k files takes minutes.
@@ -68,6 +70,8 @@ async def repeat(n: int) -> int:
     total = 0
     for i in range(n):
         total += await inc(i)
+    # Never answered: every resume replays the journal and pauses here again.
+    await tether.ask({"total": total}, bool)
     return total
 
 
@@ -173,25 +177,22 @@ async def measure_sizes(kind: Kind, tmp: Path, sizes: tuple[int, ...]) -> list[R
             await populate(store, run_id, n)
             repeats = 3 if n >= 10_000 else 7
 
-            async def reset(run_id: str = run_id) -> None:
-                stored = await store.get_run(run_id)
-                assert stored is not None
-                await store.update_run(attrs.evolve(stored, status=RunStatus.RUNNING, result=None))
-
             async def load(run_id: str = run_id, n: int = n) -> None:
                 assert len(await store.load_entries(run_id)) == n
 
             load_s = await timed(load, repeats)
             samples = []
             for _ in range(repeats):
-                await reset()
                 gc.collect()
                 t0 = time.perf_counter()
-                result = await engine.resume(run_id)
+                try:
+                    await engine.resume(run_id)
+                except tether.Paused as paused:
+                    asked = paused.requests[0].payload
                 samples.append(time.perf_counter() - t0)
-                assert result == n * (n + 1) // 2, (run_id, result)
+                assert asked == {"total": n * (n + 1) // 2}, (run_id, asked)
                 stored = await store.get_run(run_id)
-                assert stored is not None and stored.status is RunStatus.COMPLETED
+                assert stored is not None and stored.status is RunStatus.PAUSED
             assert executed == 0, f"{executed} steps executed: the replay did not replay"
             rows.append(Row(kind.name, n, load_s, statistics.median(samples)))
             print(f"  measured {kind.name} N={n}", flush=True)
