@@ -239,3 +239,17 @@ async def test_plain_runs_and_hooks_are_unchanged_by_observers(
             "StepFinished",
             "RunFinished",
         ]
+
+
+def test_refusals_and_cancels_are_not_described_as_failures() -> None:
+    cases = [
+        (
+            tether.RunCancelledError("run 'r' is cancelled"),
+            "run r: cancelled: run 'r' is cancelled",
+        ),
+        (tether.RunConflictError("held"), "run r: not executed here: RunConflictError: held"),
+        (tether.LeaseLostError("lost"), "run r: stopped here: LeaseLostError: lost"),
+        (ValueError("boom"), "run r: failed: ValueError: boom"),
+    ]
+    for error, line in cases:
+        assert tether.describe_event(tether.RunFinished(run_id="r", error=error)) == line

@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 import trio
 
+from ._errors import LeaseLostError, RunCancelledError, RunConflictError
 from ._events import (
     CheckpointStored,
     LiveRun,
@@ -56,8 +57,16 @@ def describe_event(event: RunEvent) -> str:
             keys = ", ".join(r.key for r in event.requests)
             return f"run {event.run_id}: paused, waiting for answers to {keys}"
         case RunFinished():
-            if event.error is not None:
-                return f"run {event.run_id}: failed: {_error(event.error)}"
+            error = event.error
+            if isinstance(error, RunCancelledError):
+                return f"run {event.run_id}: cancelled: {error}"
+            # Not failures of the run: this execution was refused, or stopped.
+            if isinstance(error, RunConflictError):
+                return f"run {event.run_id}: not executed here: {_error(error)}"
+            if isinstance(error, LeaseLostError):
+                return f"run {event.run_id}: stopped here: {_error(error)}"
+            if error is not None:
+                return f"run {event.run_id}: failed: {_error(error)}"
             return f"run {event.run_id}: completed: {_short(event.result)}"
     return f"run {event.run_id}: {event!r}"
 
