@@ -382,7 +382,9 @@ class FaultyStore:
 
         Args:
             method: one of ``open``, ``close``, ``create_run``, ``update_run``,
-                ``get_run``, ``list_runs``, ``append``, ``load_entries``.
+                ``get_run``, ``list_runs``, ``append``, ``load_entries``,
+                ``claim``, ``renew``, ``cancel_run`` (a fault on ``renew``
+                models a store that stops answering an engine's renewals).
             fault: a :class:`Fault`: an object with ``async def apply(call)``.
             at: call number(s) of *method*, counted from 1; default every call.
             when: a predicate called with the call's arguments (for
