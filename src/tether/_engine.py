@@ -502,8 +502,20 @@ class Engine:
                 record = await self._leases.claim(run_id, current=current, create=create)
             if record.status is RunStatus.COMPLETED:  # it completed since it was read
                 return self._decode_result(record, wf)
+            # Created by this claim (our record, first token): its journal is empty.
+            created = (
+                current is None
+                and create is not None
+                and record.token == 1
+                and record.created_at == create.created_at
+            )
             return await self._execute(
-                wf, record, args, provided=provided or {}, original=current or record
+                wf,
+                record,
+                args,
+                provided=provided or {},
+                original=current or record,
+                created=created,
             )
 
     async def _execute(
@@ -514,6 +526,7 @@ class Engine:
         *,
         provided: dict[str, Any],
         original: RunRecord,
+        created: bool = False,
     ) -> Any:
         """Execute the claimed run *record*, holding its lease throughout."""
         state = RunState(
@@ -536,6 +549,7 @@ class Engine:
             args=args,
             record=record,
             original=original,
+            created=created,
         )
         return await execution.execute()
 

@@ -88,6 +88,7 @@ class Execution:
     args: tuple[Any, ...]
     record: RunRecord
     original: RunRecord  # as stored before this execution (restored by an undo)
+    created: bool = False  # the claim created the run: its journal is empty, not read
     done: trio.Event = attrs.field(factory=trio.Event)
     lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
@@ -120,7 +121,8 @@ class Execution:
         ending: BaseException | None = None
         try:
             with self.lease_scope:
-                state.journal = await self._load_journal(record.run_id)
+                if not self.created:
+                    state.journal = await self._load_journal(record.run_id)
                 return await self._watch()
         except BaseException as exc:
             ending = exc
