@@ -33,6 +33,7 @@ bench:
     python benchmarks/store_throughput.py
     python benchmarks/resume_scaling.py
     python benchmarks/deterministic.py
+    python benchmarks/leases.py
 
 # format the code
 fmt:

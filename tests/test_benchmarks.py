@@ -14,6 +14,15 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 EXPECTED = {
     "cancel_latency.py": ("bare trio", "target"),
     "deterministic.py": ("trio.run ms", "seeded ms", "trial ms", "trials/s"),
+    "leases.py": (
+        "target",
+        "part 1: per-step time, now against before leases",
+        "part 2: renewal writes of one engine holding many runs",
+        "renew/interval",
+        "memory (mock)",
+        "sqlite normal",
+        "sqlite full",
+    ),
     "step_overhead.py": ("plain", "target"),
     "store_throughput.py": (
         "target",

@@ -287,6 +287,7 @@ class _Job:
     fn: Callable[[sqlite3.Connection], Any] | None
     token: trio.lowlevel.TrioToken
     appending: _Appending | None = None
+    urgent: bool = False  # a lease renewal: committed ahead of a batch of other writes
     done: trio.Event = attrs.field(factory=trio.Event)
     state: int = _PENDING  # guarded by the store's lock
     result: Any = None
@@ -550,7 +551,7 @@ class SQLiteStore:
             ).fetchall()
             return renewal({r: (t, bool(c)) for r, t, c in rows}, held)
 
-        result: Renewal = await self._write(write, f"renewing the leases of {owner}")
+        result: Renewal = await self._write(write, f"renewing the leases of {owner}", urgent=True)
         return result
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
@@ -852,12 +853,14 @@ class SQLiteStore:
         fn: Callable[[sqlite3.Connection], Any] | None,
         what: str,
         appending: _Appending | None = None,
+        *,
+        urgent: bool = False,
     ) -> Any:
         await trio.lowlevel.checkpoint_if_cancelled()
         if not self._open:
             await trio.lowlevel.checkpoint()
             raise UsageError(f"{what}: {self!r} is not open")
-        job = _Job(fn, trio.lowlevel.current_trio_token(), appending)
+        job = _Job(fn, trio.lowlevel.current_trio_token(), appending, urgent)
         self._queue.put(job)
         try:
             await job.done.wait()
@@ -910,6 +913,12 @@ class SQLiteStore:
                 first = self._queue.get()
                 self._gate.wait()
                 taken = take(first)
+                urgent = [job for job in taken if job.urgent]
+                if urgent and len(urgent) < len(taken):
+                    # A renewal must not wait for a backlog of saves: if it
+                    # came late, the engine's leases would lapse meanwhile.
+                    self._commit(conn, urgent, None)
+                    taken = [job for job in taken if not job.urgent]
                 if taken:
                     self._commit(conn, taken, take_more if self.group_commit else None)
         finally:
