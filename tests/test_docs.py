@@ -1,8 +1,9 @@
 """The docs are true: their examples run, their code is real, their links resolve.
 
 - ``examples/tutorial.py``, ``examples/deadlines.py`` and ``examples/streams.py``
-  run (in virtual time),
-  and every ```text block of their page is a piece of what they print;
+  run (in virtual time; ``examples/processes.py``, which starts other
+  processes, in real time), and every ```text block of their page is a piece
+  of what they print;
 - every ```python block of a page with an example appears in it verbatim;
 - the ```python blocks of ``how-to/test-a-workflow.md``, together, are a test
   module: they are executed here and their tests collected into this module;
@@ -15,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,7 +36,10 @@ PAIRED = {
     "how-to/deadlines-and-cancellation.md": "deadlines.py",
     "how-to/human-input.md": "approval.py",
     "how-to/streams.md": "streams.py",
+    "how-to/several-processes.md": "processes.py",
 }
+#: examples that wait for other processes, so run on the real clock
+REAL_TIME = frozenset({"processes.py"})
 #: pages whose ```python blocks, in order, are a pytest module run from here
 EXECUTED = "how-to/test-a-workflow.md"
 
@@ -101,13 +105,22 @@ def load_example(name: str) -> Iterator[ModuleType]:
 # -- the examples run and print what their pages show -----------------------------------
 
 
+async def _within(seconds: float, afn: Callable[[], Awaitable[object]]) -> None:
+    """``await afn()``; a hang fails after *seconds* (the processes it started are killed)."""
+    with trio.fail_after(seconds):
+        await afn()
+
+
 @pytest.mark.parametrize(("page", "example"), sorted(PAIRED.items()))
 def test_example_prints_what_its_page_shows(
     page: str, example: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for module in load_example(example):
-        # Virtual time: the example's sleeps and timeouts take no real time.
-        trio.run(module.main, clock=trio.testing.MockClock(autojump_threshold=0))
+        if example in REAL_TIME:
+            trio.run(_within, 60.0, module.main)
+        else:
+            # Virtual time: the example's sleeps and timeouts take no real time.
+            trio.run(module.main, clock=trio.testing.MockClock(autojump_threshold=0))
     printed = capsys.readouterr().out
     shown = [b for b in blocks(DOCS / page) if b.lang == "text"]
     assert shown, f"{page} shows no output (```text blocks)"
