@@ -3,6 +3,8 @@
 from ._file import FileStore as FileStore
 from ._leases import ClaimDecision as ClaimDecision
 from ._leases import check_append as check_append
+from ._leases import check_owner as check_owner
+from ._leases import check_ttl as check_ttl
 from ._leases import decide_cancel as decide_cancel
 from ._leases import decide_claim as decide_claim
 from ._leases import fenced_update as fenced_update
@@ -45,6 +47,8 @@ __all__ = (
     "SQLiteStore",
     "Store",
     "check_append",
+    "check_owner",
+    "check_ttl",
     "decide_cancel",
     "decide_claim",
     "dumps_record",

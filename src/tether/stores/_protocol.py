@@ -624,8 +624,9 @@ class Store(Protocol):
 
         *held* maps the runs the owner executes to their tokens. Returns which
         of them were lost (another token or owner now) and which have a
-        recorded cancel. ``ttl=0`` ends the owner's leases now (an engine
-        closing).
+        recorded cancel. ``ttl=0`` ends the owner's leases now, so that its
+        runs can be claimed at once (tether's engine releases each run in
+        its status write instead, but an owner that stops may use it).
         """
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
