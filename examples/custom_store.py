@@ -103,13 +103,10 @@ class JsonDictStore:
             self._put(decision.store)
             if decision.created:
                 self.journals[run_id] = {}
-        if decision.error is not None:
-            raise decision.error
-        assert decision.result is not None
-        if decision.store is None:  # a completed run: returned as it is
-            return decision.result
-        self.owners[owner] = time.time() + ttl
-        return self._stored(run_id)
+        if not decision.claimed:  # refused (raises), or a completed run (returned as it is)
+            return decision.outcome(None)
+        self.owners[owner] = time.time() + ttl  # the owner's lease, in the same step
+        return decision.outcome(self._stored(run_id).lease_expires_at)
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         await trio.lowlevel.checkpoint()

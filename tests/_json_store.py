@@ -109,13 +109,10 @@ class JsonStore:
             self.write(decision.store)
             if decision.created:
                 self.journals[run_id] = []
-        if decision.error is not None:
-            raise decision.error
-        assert decision.result is not None
-        if decision.store is not None:
-            self.leases[owner] = trio.current_time() + ttl
-            return self.decode_run(run_id)
-        return decision.result
+        if not decision.claimed:
+            return decision.outcome(None)
+        self.leases[owner] = trio.current_time() + ttl
+        return decision.outcome(self.decode_run(run_id).lease_expires_at)
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         await trio.lowlevel.checkpoint()

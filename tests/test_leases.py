@@ -179,6 +179,30 @@ async def flow(n: int) -> list[int]:
     return [a, b, c]
 
 
+@attrs.define(eq=False)
+class Outcome:
+    """What ``engine.run(flow, 1)`` in a background task raised, once :attr:`ended`."""
+
+    error: BaseException | None = None
+    ended: trio.Event = attrs.field(factory=trio.Event)
+
+
+def start_run(nursery: trio.Nursery, engine: tether.Engine, run_id: str = "r") -> Outcome:
+    """Start ``engine.run(flow, 1, run_id=run_id)`` in *nursery*; its TetherError is kept."""
+    outcome = Outcome()
+
+    async def run() -> None:
+        try:
+            await engine.run(flow, 1, run_id=run_id)
+        except tether.TetherError as exc:
+            outcome.error = exc
+        finally:
+            outcome.ended.set()
+
+    nursery.start_soon(run)
+    return outcome
+
+
 async def _executing(engine: tether.Engine, run_id: str) -> tether.RunInfo:
     """Wait until *run_id* waits in the gated step; its RunInfo then."""
     await waiters.acquire()
@@ -237,28 +261,18 @@ async def test_a_lease_taken_over_by_another_owner_stops_the_run_and_writes_noth
     store = tether.MemoryStore()
     async with tether.open_engine(store, lease_ttl=3.0) as engine:
         async with trio.open_nursery() as nursery:
-            outcome: list[BaseException] = []
-            ended = trio.Event()
-
-            async def run() -> None:
-                try:
-                    await engine.run(flow, 1, run_id="r")
-                except tether.LeaseLostError as exc:
-                    outcome.append(exc)
-                finally:
-                    ended.set()
-
-            nursery.start_soon(run)
+            outcome = start_run(nursery, engine)
             info = await _executing(engine, "r")
             record = await store.get_run("r")
             assert record is not None
             # A stale owner elsewhere: another process takes the run over.
             taken = await store.claim("r", "elsewhere:1:x", ttl=3600, takeover=record.token)
             start = trio.current_time()
-            await ended.wait()
+            await outcome.ended.wait()
             # Noticed at the next renewal (every lease_ttl / 3).
             assert trio.current_time() - start <= 1.0 + 1e-9
-        assert engine.owner in str(outcome[0]) and "another owner" in str(outcome[0])
+        assert isinstance(outcome.error, tether.LeaseLostError)
+        assert engine.owner in str(outcome.error) and "another owner" in str(outcome.error)
         gate.set()
         await trio.testing.wait_all_tasks_blocked()
         stored = await store.get_run("r")
@@ -273,27 +287,17 @@ async def test_a_refused_save_stops_the_run_at_once(autojump_clock: trio.abc.Clo
     store = tether.MemoryStore()
     async with tether.open_engine(store, lease_ttl=60.0) as engine:
         async with trio.open_nursery() as nursery:
-            outcome: list[BaseException] = []
-            ended = trio.Event()
-
-            async def run() -> None:
-                try:
-                    await engine.run(flow, 1, run_id="r")
-                except tether.LeaseLostError as exc:
-                    outcome.append(exc)
-                finally:
-                    ended.set()
-
-            nursery.start_soon(run)
+            outcome = start_run(nursery, engine)
             await _executing(engine, "r")
             record = await store.get_run("r")
             assert record is not None
             await store.claim("r", "elsewhere:1:x", ttl=3600, takeover=record.token)
             start = trio.current_time()
             gate.set()  # the step completes; its save carries the old token
-            await ended.wait()
+            await outcome.ended.wait()
             assert trio.current_time() - start < 0.01  # long before the next renewal
-        assert "was refused" in str(outcome[0])
+        assert isinstance(outcome.error, tether.LeaseLostError)
+        assert "was refused" in str(outcome.error)
         assert executed == ["quick(1)", "waiting(1)"]  # the third step never ran
         assert [e.key for e in await store.load_entries("r")] == ["quick#0"]
 
@@ -363,25 +367,15 @@ async def test_cancel_reaches_an_executing_run_within_one_renewal(
         tether.open_engine(store) as other,
     ):
         async with trio.open_nursery() as nursery:
-            outcome: list[BaseException] = []
-            ended = trio.Event()
-
-            async def run() -> None:
-                try:
-                    await engine.run(flow, 1, run_id="r")
-                except tether.RunCancelledError as exc:
-                    outcome.append(exc)
-                finally:
-                    ended.set()
-
-            nursery.start_soon(run)
+            outcome = start_run(nursery, engine)
             await _executing(engine, "r")
             start = trio.current_time()
             await other.cancel("r")  # from another engine: via the store
             info = await other.get_run("r")
             assert info is not None and info.cancel_requested and info.executing
-            await ended.wait()
+            await outcome.ended.wait()
             assert trio.current_time() - start <= 1.0 + 1e-9  # lease_ttl / 3
+        assert isinstance(outcome.error, tether.RunCancelledError)
         info = await other.get_run("r")
         assert info is not None and info.status is RunStatus.CANCELLED
         assert [e.key for e in info.entries] == ["quick#0"]  # completed steps kept
@@ -395,28 +389,17 @@ async def test_cancel_reaches_an_executing_run_within_one_renewal(
 
 async def test_cancel_in_the_same_engine_is_immediate(autojump_clock: trio.abc.Clock) -> None:
     store = tether.MemoryStore()
-    outcome: list[BaseException] = []
-    ended = trio.Event()
     async with (
         tether.open_engine(store, lease_ttl=60.0) as engine,
         trio.open_nursery() as nursery,
     ):
-
-        async def run() -> None:
-            try:
-                await engine.run(flow, 1, run_id="r")
-            except tether.RunCancelledError as exc:
-                outcome.append(exc)
-            finally:
-                ended.set()
-
-        nursery.start_soon(run)
+        outcome = start_run(nursery, engine)
         await _executing(engine, "r")
         start = trio.current_time()
         await engine.cancel("r")
-        await ended.wait()
+        await outcome.ended.wait()
         assert trio.current_time() - start < 0.01
-    assert outcome and "cancelled" in str(outcome[0])
+    assert isinstance(outcome.error, tether.RunCancelledError)
 
 
 @tether.step
@@ -627,20 +610,12 @@ async def test_a_lost_lease_that_turns_out_to_be_a_cancel_raises_run_cancelled(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     store = tether.MemoryStore()
-    outcome: list[BaseException] = []
     async with tether.open_engine(store, lease_ttl=3.0) as engine, trio.open_nursery() as nursery:
-
-        async def run() -> None:
-            try:
-                await engine.run(flow, 1, run_id="r")
-            except tether.TetherError as exc:
-                outcome.append(exc)
-
-        nursery.start_soon(run)
+        outcome = start_run(nursery, engine)
         await _executing(engine, "r")
         record = await store.get_run("r")
         assert record is not None
         # Cancelled as though its owner were gone: stored cancelled at once.
         await store.cancel_run("r", takeover=record.token)
-    assert len(outcome) == 1 and isinstance(outcome[0], tether.RunCancelledError)
-    assert isinstance(outcome[0].__cause__, tether.LeaseLostError)
+    assert isinstance(outcome.error, tether.RunCancelledError)
+    assert isinstance(outcome.error.__cause__, tether.LeaseLostError)

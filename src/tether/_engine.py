@@ -39,6 +39,7 @@ from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_i
 from ._requests import Request, request_from_json
 from ._workflow import Workflow, lookup_workflow
 from .stores._protocol import (
+    STORE_METHODS,
     Entry,
     ErrorInfo,
     RunRecord,
@@ -590,7 +591,7 @@ async def open_engine(
     Leaving the block ends this engine's leases (best effort, bounded by
     ``save_timeout``), so another engine can take its runs over at once.
     """
-    missing = [m for m in _STORE_METHODS if not callable(getattr(store, m, None))]
+    missing = [m for m in STORE_METHODS if not callable(getattr(store, m, None))]
     if missing:
         raise UsageError(
             f"open_engine() takes a tether store (see tether.stores.Store), not {store!r}: "
@@ -633,21 +634,6 @@ async def open_engine(
     finally:
         engine_closed(engine._engine_id)
         await store.close()
-
-
-_STORE_METHODS = (
-    "open",
-    "close",
-    "create_run",
-    "update_run",
-    "get_run",
-    "list_runs",
-    "append",
-    "load_entries",
-    "claim",
-    "renew",
-    "cancel_run",
-)
 
 
 def _check_not_cancelled(record: RunRecord) -> None:

@@ -388,15 +388,10 @@ class FileStore:
                 takeover=takeover,
             )
             if decision.store is not None:
-                if decision.error is None:
+                if decision.claimed:
                     self._write_owner(owner, expires)
                 self._replace_run(folder, decision.store)
-        if decision.error is not None:
-            raise decision.error
-        assert decision.result is not None
-        if decision.store is None:
-            return decision.result
-        return attrs.evolve(decision.result, lease_expires_at=_time_of(expires))
+        return decision.outcome(_time_of(expires))
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         """Rewrite *owner*'s lease file (one write), and read the held runs' tokens.

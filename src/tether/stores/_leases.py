@@ -51,6 +51,24 @@ class ClaimDecision:
     error: Exception | None = None
     created: bool = False
 
+    @property
+    def claimed(self) -> bool:
+        """The claim takes the lease: set the owner's lease expiry in the same step."""
+        return self.store is not None and self.error is None
+
+    def outcome(self, lease_expires_at: datetime | None) -> RunRecord:
+        """What ``claim`` returns once :attr:`store` is written, or raise :attr:`error`.
+
+        The claimed record with *lease_expires_at* filled in; or, when
+        nothing was claimed (a completed run), the stored record as it is.
+        """
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        if self.store is None:
+            return self.result
+        return attrs.evolve(self.result, lease_expires_at=lease_expires_at)
+
 
 def check_owner(owner: object) -> str:
     """An owner name, validated: a non-empty string without ``/`` or control characters."""

@@ -109,13 +109,10 @@ class MemoryStore:
             if decision.created:
                 self._journals[run_id] = []
                 self._by_key[run_id] = {}
-        if decision.error is not None:
-            raise decision.error
-        assert decision.result is not None
-        if decision.store is None:
-            return decision.result
-        self._leases[owner] = self._clock() + ttl
-        return self._read(decision.result)
+        if not decision.claimed:
+            return decision.outcome(None)
+        expires = self._leases[owner] = self._clock() + ttl
+        return decision.outcome(datetime.fromtimestamp(expires, UTC))
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         check_owner(owner)

@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar, final, runtime_checkable
+from typing import Any, Final, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
 
@@ -27,6 +27,7 @@ __all__ = (
     "Renewal",
     "RunRecord",
     "RunStatus",
+    "STORE_METHODS",
     "Store",
     "dumps_record",
     "entry_checksum",
@@ -549,6 +550,22 @@ def _time(d: dict[str, Any], name: str, what: str) -> datetime:
     if t.tzinfo is None or t.utcoffset() is None:
         raise RecordDecodeError(f"{what} field {name!r} has no timezone: {v!r}")
     return t
+
+
+#: The methods of :class:`Store`, in the order the protocol lists them.
+STORE_METHODS: Final = (
+    "open",
+    "close",
+    "create_run",
+    "update_run",
+    "get_run",
+    "list_runs",
+    "append",
+    "load_entries",
+    "claim",
+    "renew",
+    "cancel_run",
+)
 
 
 @runtime_checkable

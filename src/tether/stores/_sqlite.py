@@ -517,7 +517,7 @@ class SQLiteStore:
                     self._insert_run(conn, decision.store)
                 else:
                     self._put_run(conn, decision.store)
-                if decision.error is None:
+                if decision.claimed:
                     conn.execute(_SET_OWNER, (owner, now + ttl))
             return decision, now + ttl
 
@@ -525,12 +525,7 @@ class SQLiteStore:
         # stores (a recorded cancel made final) commits even when it refuses.
         decided: tuple[ClaimDecision, float] = await self._write(write, f"claiming run {run_id!r}")
         decision, expires = decided
-        if decision.error is not None:
-            raise decision.error
-        assert decision.result is not None
-        if decision.store is None:
-            return decision.result
-        return attrs.evolve(decision.result, lease_expires_at=_time_of(expires))
+        return decision.outcome(_time_of(expires))
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         """Extend *owner*'s leases: one row's update, however many runs it holds.

@@ -44,7 +44,7 @@ import attrs
 import trio
 
 from .._errors import StoreError, UsageError
-from ..stores._protocol import Entry, Renewal, RunRecord, Store
+from ..stores._protocol import STORE_METHODS, Entry, Renewal, RunRecord, Store
 
 __all__ = (
     "Call",
@@ -58,19 +58,7 @@ __all__ = (
     "SimulatedCrash",
 )
 
-_METHODS: Final = (
-    "open",
-    "close",
-    "create_run",
-    "update_run",
-    "get_run",
-    "list_runs",
-    "append",
-    "load_entries",
-    "claim",
-    "renew",
-    "cancel_run",
-)
+_METHODS: Final = STORE_METHODS
 
 #: The private method a store implements to simulate a torn write of a call.
 _TORN: Final = {"append": "_simulate_torn_append", "update_run": "_simulate_torn_update"}
