@@ -34,8 +34,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from ._errors import LeaseLostError
-from .stores._protocol import RunRecord, Store
+from ._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
+from .stores._protocol import RunRecord, Store, utcnow
 
 __all__ = ("Leases", "new_owner", "owner_is_gone")
 
@@ -137,6 +137,10 @@ class Leases:
         self.renewals = 0
         self._confirmed = -math.inf  # Trio time a claim or renewal last confirmed the lease
         self._releases: dict[str, RunRecord] = {}
+        #: runs whose claim was cut short, its outcome unknown: Trio time until which
+        #: the task looks whether it landed after all (then nobody executes the run)
+        self._unsure: dict[str, float] = {}
+        self._claiming: set[str] = set()  # runs whose claim is awaited now
         self._wake = trio.Event()
 
     # -- used by the engine -------------------------------------------------------------
@@ -164,9 +168,23 @@ class Leases:
         ):
             takeover = current.token
         sent = trio.current_time()
-        record = await self.store.claim(
-            run_id, self.owner, ttl=self.ttl, create=create, takeover=takeover
-        )
+        self._claiming.add(run_id)
+        try:
+            record = await self.store.claim(
+                run_id, self.owner, ttl=self.ttl, create=create, takeover=takeover
+            )
+        except (RunConflictError, RunCancelledError, RunNotFoundError):
+            raise  # refused: nothing of ours was stored
+        except BaseException:
+            # Cut short (the caller's deadline) or failed without an answer: the
+            # claim may land later, and then nobody would execute or release
+            # the run. The lease task looks, and releases it if so.
+            self._unsure[run_id] = trio.current_time() + self.ttl + min(self.save_timeout, 60.0)
+            self._wake.set()
+            raise
+        finally:
+            self._claiming.discard(run_id)
+        self._unsure.pop(run_id, None)
         if record.owner == self.owner:
             self._confirmed = max(self._confirmed, sent)
             self._releases.pop(run_id, None)  # superseded by this claim
@@ -203,9 +221,13 @@ class Leases:
                 due = max(self._confirmed + self.ttl / 3, retry_at)
                 with trio.move_on_at(min(due, self._confirmed + self.ttl)):
                     await self._wait()
+            elif self._unsure and not self._releases:
+                with trio.move_on_after(self.ttl / 3):
+                    await self._wait()
             elif not self._releases:
                 await self._wait()
             await self._release_pending()
+            await self._release_unsure()
             if not self.held:
                 continue
             now = trio.current_time()
@@ -250,6 +272,30 @@ class Leases:
                 )
             if self._releases.get(run_id) is record:
                 del self._releases[run_id]
+
+    async def _release_unsure(self) -> None:
+        """Release each run whose cut-short claim landed after all (see :meth:`claim`)."""
+        for run_id, until in list(self._unsure.items()):
+            if run_id in self.held or run_id in self._claiming:
+                continue  # claimed again here: that execution holds it
+            try:
+                record = await self.store.get_run(run_id)
+                if run_id in self.held or run_id in self._claiming:
+                    continue
+                if record is not None and record.owner == self.owner:
+                    # Fenced by the late claim's token: refused if claimed since.
+                    await self.store.update_run(
+                        attrs.evolve(record, owner=None, updated_at=utcnow())
+                    )
+                    self._unsure.pop(run_id, None)
+                    continue
+            except LeaseLostError:
+                self._unsure.pop(run_id, None)
+                continue
+            except Exception as exc:
+                log.warning("tether: releasing the late claim of run %s failed: %r", run_id, exc)
+            if trio.current_time() >= until:
+                self._unsure.pop(run_id, None)
 
     async def _renew(self) -> bool:
         """One renewal of every held lease; ``False`` if the store failed."""
