@@ -1,8 +1,10 @@
 """The explorer: clean on the example workflows, and it catches planted engine bugs.
 
-The planted bugs are source mutations of the real engine (``mutant``): each
-test swaps one method of ``RunState`` for a copy with one line changed, so
-the explorer is tested against exactly the mistake it is meant to catch.
+The planted bugs are source mutations of the real engine and store
+(``mutant``): each test swaps one function (a method of ``RunState``, of
+``MemoryStore``, of the engine's ``Leases``, or a lease rule as the memory
+store imports it) for a copy with one line changed, so the explorer is tested
+against exactly the mistake it is meant to catch.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import trio
 from hypothesis import HealthCheck, find, settings
 
 import tether
-from tether import _context
-from tether.stores import Entry, RunRecord
+from tether import _context, _ownership
+from tether.stores import Entry, RunRecord, _memory
 from tether.testing import (
     FAULT_KINDS,
     Explorer,
@@ -47,13 +49,17 @@ EXAMPLES: dict[str, tuple[tether.Workflow[..., Any], tuple[Any, ...], dict[str, 
 
 
 @contextmanager
-def mutant(method: str, old: str, new: str) -> Iterator[None]:
-    """``RunState.<method>`` with the lines *old* replaced by *new*, for the block.
+def mutant(owner: Any, name: str, old: str, new: str) -> Iterator[None]:
+    """``owner.<name>`` with the lines *old* replaced by *new*, for the block.
 
-    *old* matches whole lines, ignoring their indentation; *new* is indented
-    like the first of them.
+    *owner* is a class (a method is replaced) or a module (a function it
+    uses, maybe imported from another module: replaced where *owner* looks
+    it up). The copy is compiled in the original's own globals. *old*
+    matches whole lines, ignoring their indentation; *new* is indented like
+    the first of them.
     """
-    original = getattr(_context.RunState, method)
+    original = getattr(owner, name)
+    where = f"{getattr(owner, '__name__', owner)}.{name}"
     lines = textwrap.dedent(inspect.getsource(original)).splitlines()
     wanted = [line.strip() for line in textwrap.dedent(old).splitlines()]
     starts = [
@@ -61,23 +67,23 @@ def mutant(method: str, old: str, new: str) -> Iterator[None]:
         for i in range(len(lines))
         if [line.strip() for line in lines[i : i + len(wanted)]] == wanted
     ]
-    assert len(starts) == 1, f"RunState.{method} no longer contains {old!r} once"
+    assert len(starts) == 1, f"{where} no longer contains {old!r} once"
     [i] = starts
     indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
     replacement = [indent + line for line in textwrap.dedent(new).splitlines()]
     lines[i : i + len(wanted)] = replacement
     code = compile(
         "from __future__ import annotations\n" + "\n".join(lines) + "\n",
-        f"<mutant RunState.{method}>",
+        f"<mutant {where}>",
         "exec",
     )
     namespace: dict[str, Any] = {}
-    exec(code, vars(_context), namespace)
-    setattr(_context.RunState, method, namespace[method])
+    exec(code, original.__globals__, namespace)
+    setattr(owner, name, namespace[name])
     try:
         yield
     finally:
-        setattr(_context.RunState, method, original)
+        setattr(owner, name, original)
 
 
 # -- clean runs ------------------------------------------------------------------
@@ -86,9 +92,13 @@ def mutant(method: str, old: str, new: str) -> Iterator[None]:
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_example_workflows_break_no_invariant(name: str) -> None:
     workflow, args, keywords = EXAMPLES[name]
-    report = explore(workflow, *args, seeds=3, **keywords)
+    explorer = Explorer(workflow, *args, **keywords)
+    report = explorer.run(seeds=3)  # what explore() does, by default with every kind
     points = report.points[0]
-    assert report.trials > 3 * len(points)  # every kind that applies, at every point
+    # Every kind that applies, at every point of every execution, per seed:
+    plans = [plan for seed in range(3) for plan in explorer.plans_for(seed)]
+    assert report.trials == 3 + len(plans) > 3 * len(points)
+    assert {str(plan.injections[-1]).partition("@")[0] for plan in plans} == set(FAULT_KINDS)
     assert any(p.startswith("start:") for p in points)
     assert any(p.startswith("stored:") for p in points)
 
@@ -128,6 +138,40 @@ def test_a_fault_plan_replays_one_trial() -> None:
     # ...and through explore(): strings, Injections and plans.
     assert explore(shop.checkout, "o-1", seeds=[4], faults=[plan.faults]).trials == 2
     assert explore(shop.checkout, "o-1", seeds=[1, 2], faults=[plan]).trials == 3
+
+
+OWNERSHIP = ["lease_lost", "pause", "race"]
+
+
+def test_ownership_faults_apply_at_every_write_and_claim() -> None:
+    # lease_lost and pause where the owner writes holding its lease; race there
+    # and at each execution's claim (record:created for engine.run,
+    # record:running for engine.resume).
+    explorer = Explorer(shop.approve_refund, "o-2", 500, responses=REFUND_ANSWERS)
+    assert [plan.faults for plan in explorer.plans_for(0, OWNERSHIP)] == [
+        "race@record:created",
+        "lease_lost@save:load_order#0",
+        "pause@save:load_order#0",
+        "race@save:load_order#0",
+        "lease_lost@record:paused",
+        "pause@record:paused",
+        "race@record:paused",
+        "- then race@record:running",
+        "- then lease_lost@save:ask#0",
+        "- then pause@save:ask#0",
+        "- then race@save:ask#0",
+        "- then lease_lost@save:refund#0",
+        "- then pause@save:refund#0",
+        "- then race@save:refund#0",
+        "- then lease_lost@record:completed",
+        "- then pause@record:completed",
+        "- then race@record:completed",
+    ]
+    # ...and every one of them breaks nothing, under three seeds.
+    report = explore(
+        shop.approve_refund, "o-2", 500, seeds=3, faults=OWNERSHIP, responses=REFUND_ANSWERS
+    )
+    assert report.trials == 3 + 3 * 17
 
 
 def test_single_fault_plans_cover_every_point_and_kind() -> None:
@@ -171,14 +215,19 @@ async def race(tag: str) -> list[int]:
     return box.result
 
 
-PLANTED = {
+RunState = _context.RunState
+
+#: bug: (where, function, the line(s), changed to, the invariant that catches it)
+PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
     "unshielded save": (
+        RunState,
         "tracked_scope",
         "shield=not self.caller_cancelled, deadline=trio.current_time() + seconds",
         "shield=False, deadline=trio.current_time() + seconds",
         "(c)",
     ),
     "save ignores caller cancellation": (
+        RunState,
         "cancel_by_caller",
         """\
             scope.shield = False
@@ -190,6 +239,7 @@ PLANTED = {
         "(b)",
     ),
     "snapshot after scheduling": (
+        RunState,
         "_run_step",
         """\
             text, decoded = codec.snapshot(
@@ -199,6 +249,35 @@ PLANTED = {
             text, decoded = codec.snapshot(
         """,
         "(d)",
+    ),
+    # -- one owner at a time ---------------------------------------------------
+    "append not fenced": (
+        _memory.MemoryStore,
+        "append",
+        "check_append(run_id, entries, token=run.token, owner=run.owner)",
+        "pass",
+        "(f)",
+    ),
+    "run record write not fenced": (
+        _memory,
+        "fenced_update",
+        "if not _fenced(current.token, current.owner, incoming.token):",
+        "if False:",
+        "(f)",
+    ),
+    "claim ignores a live lease": (
+        _memory,
+        "decide_claim",
+        "if live and current.owner != owner:",
+        "if False:",
+        "(f)",
+    ),
+    "renewal without a deadline": (
+        _ownership.Leases,
+        "_renew",
+        "with trio.move_on_at(self._confirmed + self.ttl):",
+        "if True:",
+        "(f)",
     ),
 }
 
@@ -213,9 +292,9 @@ def _reproduction(message: str) -> tuple[list[int], list[str]]:
 
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 def test_planted_bugs_are_caught_with_a_reproducible_seed(bug: str) -> None:
-    method, old, new, invariant = PLANTED[bug]
+    owner, name, old, new, invariant = PLANTED[bug]
     workflow, args = (race, ("x",)) if "snapshot" in bug else (shop.checkout, ("o-1",))
-    with mutant(method, old, new):
+    with mutant(owner, name, old, new):
         with pytest.raises(tether.InvariantViolation) as caught:
             explore(workflow, *args, seeds=3)
         message = str(caught.value)
@@ -230,9 +309,68 @@ def test_planted_bugs_are_caught_with_a_reproducible_seed(bug: str) -> None:
     explore(workflow, *args, seeds=seeds, faults=faults)
 
 
+def test_a_store_that_does_not_fence_appends_breaks_invariant_f() -> None:
+    # The planted bug: MemoryStore.append without its fencing check.
+    reproduction = (
+        "tether.testing.explore(shop.checkout, 'o-1', seeds=[0], "
+        "faults=['lease_lost@save:load_order#0'])"
+    )
+    with mutant(*PLANTED["append not fenced"][:4]):
+        with pytest.raises(tether.InvariantViolation) as caught:
+            explore(shop.checkout, "o-1", seeds=3)
+        lines = str(caught.value).splitlines()
+        assert lines[0] == (
+            "workflow shop.checkout: fault plan seed 0: lease_lost@save:load_order#0 broke "
+            "an invariant:"
+        )
+        assert lines[1] == (
+            "  - (f) entry seq 1 (load_order#0) was stored with the old owner's token 1 after "
+            "another owner had taken the run over with token 2 at t=0.1 (execution 0 (first "
+            "run)): a fenced write was not refused"
+        )
+        assert lines[-1] == f"reproduce: {reproduction}"
+        # The line itself, as printed, replays it.
+        with pytest.raises(tether.InvariantViolation) as again:
+            eval(reproduction, {"tether": tether, "shop": shop})
+        assert str(again.value) == str(caught.value)
+        # A reproduction names the options that differ from the defaults.
+        with pytest.raises(tether.InvariantViolation, match=r", lease_ttl=3\.0\)$"):
+            explore(shop.checkout, "o-1", seeds=[0], faults=["lease_lost"], lease_ttl=3.0)
+    eval(reproduction, {"tether": tether, "shop": shop})  # the real store refuses it
+
+
+@tether.step
+async def note(text: str) -> str:
+    await trio.sleep(0.1)
+    return text
+
+
+@tether.workflow(name="tests.explore.forgiving")
+async def forgiving() -> list[str]:
+    notes = []
+    for text in ("a", "b", "c"):
+        try:
+            notes.append(await note(text))
+        except Exception:  # a workflow may carry on past a failed step
+            notes.append("-")
+    return notes
+
+
+def test_an_engine_that_runs_on_after_a_refused_write_breaks_invariant_f() -> None:
+    # The store refuses the write, but the engine does not stop the run: the
+    # workflow swallows the error and executes on, as the old owner.
+    late = pytest.raises(
+        tether.InvariantViolation,
+        match=r"\(f\) engine.run raised LeaseLostError at t=1\.3, 0\.2s .* \(by t=1\.1\)",
+    )
+    with mutant(RunState, "shielded", "self.lose(exc)", "pass"), late:
+        explore(forgiving, seeds=1, faults=["lease_lost"])
+    explore(forgiving, seeds=1, faults=["lease_lost"])
+
+
 def test_a_replay_that_reruns_stored_steps_breaks_invariant_a() -> None:
     rerun = pytest.raises(tether.InvariantViolation, match=r"\(a\) step load_order#0 ran again")
-    with mutant("execute_step", "entry = self.journal.get(key)", "entry = None"), rerun:
+    with mutant(RunState, "execute_step", "entry = self.journal.get(key)", "entry = None"), rerun:
         explore(shop.checkout, "o-1", seeds=1, faults=["crash"])
 
 
@@ -314,8 +452,7 @@ def test_hypothesis_shrinks_a_failing_plan_to_one_fault() -> None:
             return True
         return False
 
-    method, old, new, _ = PLANTED["unshielded save"]
-    with mutant(method, old, new):
+    with mutant(*PLANTED["unshielded save"][:4]):
         smallest = find(
             explorer.plans(max_faults=3),
             breaks,
@@ -353,6 +490,12 @@ def test_misuse_is_refused_with_a_clear_error() -> None:
         explore(shop.checkout, "o-1", faults=["crash@save:chrage#0"])
     with pytest.raises(tether.UsageError, match=r"'fail' fault does not apply at 'record:created'"):
         explore(shop.checkout, "o-1", faults=["fail@record:created"])
+    with pytest.raises(tether.UsageError, match=r"'lease_lost' fault does not apply at 'record:c"):
+        explore(shop.checkout, "o-1", faults=["lease_lost@record:created"])
+    with pytest.raises(tether.UsageError, match=r"'race' fault does not apply at 'start:price#0'"):
+        explore(shop.checkout, "o-1", faults=["race@start:price#0"])
+    with pytest.raises(tether.UsageError, match="lease_ttl must be a positive"):
+        explore(shop.checkout, "o-1", lease_ttl=0)
 
 
 def test_injected_failures_are_plain_exceptions() -> None:

@@ -11,7 +11,10 @@ until it finishes, and checks the invariants tether promises:
 (c) no stored record is lost, and a sibling's failure never discards the
     save of a step that completed;
 (d) the final outcome equals the uninterrupted run's (under every seed);
-(e) no task outlives ``engine.run`` and no coroutine is left unawaited.
+(e) no task outlives ``engine.run`` and no coroutine is left unawaited;
+(f) one owner at a time: after a takeover the old owner stores nothing and
+    stops promptly with ``LeaseLostError``; of two racing engines exactly one
+    executes (see :mod:`._explore_leases`).
 
 Interleaving points are named by what happens there:
 
@@ -25,7 +28,8 @@ Interleaving points are named by what happens there:
     does not know it yet;
 ``record:STATUS``
     the run record is written (``record:created``, ``record:running``,
-    ``record:completed``, ``record:failed``, ``record:paused``).
+    ``record:completed``, ``record:failed``, ``record:paused``); the first
+    two are the execution's claim of the run's lease.
 
 A point reached a second time in the same execution gets ``~2``, and so on.
 """
@@ -33,9 +37,12 @@ A point reached a second time in the same execution gets ``~2``, and so on.
 from __future__ import annotations
 
 import gc
+import inspect
 import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -48,8 +55,19 @@ from .._requests import Paused, Request, request_from_json
 from .._workflow import Workflow
 from ..stores._memory import MemoryStore
 from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store
-from ._clock import hold_clock
+from ._clock import ClockHoldingStore, hold_clock
 from ._deterministic import run_deterministic
+from ._explore_leases import (
+    OWNERSHIP_KINDS,
+    OwnerFaults,
+    Race,
+    Takeover,
+    check_once,
+    check_race,
+    check_takeover,
+    hand_back,
+    open_owner,
+)
 from ._faulty import Call, Crash, Do, FaultyStore, SimulatedCrash, _torn_writer
 
 if TYPE_CHECKING:
@@ -65,18 +83,22 @@ __all__ = (
     "explore",
 )
 
-#: Every kind of fault the explorer injects.
-FAULT_KINDS: Final = ("cancel", "fail", "store_error", "hang", "crash")
+#: Every kind of fault the explorer injects (the ownership faults last).
+FAULT_KINDS: Final = ("cancel", "fail", "store_error", "hang", "crash", *OWNERSHIP_KINDS)
 
-#: Which kinds apply at which kind of point.
+#: Which kinds apply at which kind of point ("claim": record:created and
+#: record:running, the claims of a run's lease; "record": its other writes).
 _KINDS_AT: Final = {
     "start": ("cancel", "fail", "crash"),
-    "save": ("cancel", "fail", "store_error", "hang", "crash"),
+    "save": ("cancel", "fail", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
     "stored": ("cancel", "fail", "store_error", "crash"),
-    "record": ("cancel", "store_error", "hang", "crash"),
+    "record": ("cancel", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
+    "claim": ("cancel", "store_error", "hang", "crash", "race"),
 }
 
 _RUN_ID: Final = "explored"
+#: The explorer's options a reproduction names when they are not the default.
+_OPTIONS: Final = ("deadline", "slow", "save_timeout", "limit", "torn", "lease_ttl")
 _WRITES: Final = ("create_run", "claim", "update_run", "append")
 #: Executions a trial may take beyond its plan (pauses answered one by one).
 _EXTRA_EXECUTIONS: Final = 20
@@ -216,8 +238,11 @@ class _Execution:
     deadline: float | None = None  # the caller deadline a hang set
     occurrences: dict[str, int] = attrs.field(factory=dict)
     outcome: _Outcome | None = None
+    began: float = 0.0
     returned_at: float = 0.0
     leftover: list[str] = attrs.field(factory=list)  # tasks alive after engine.run returned
+    takeover: Takeover | None = None  # another owner took the run over (lease_lost, pause)
+    race: Race | None = None  # what the two engines of a race did
 
     def point(self, label: str) -> str:
         n = self.occurrences.get(label, 0) + 1
@@ -281,13 +306,19 @@ class _Trial:
         self.explorer = explorer
         self.plan = plan
         self.raw = explorer.store_factory()
-        self.faulty = FaultyStore(hold_clock(self.raw))
+        self.faulty = FaultyStore(
+            self.raw if isinstance(self.raw, ClockHoldingStore) else hold_clock(self.raw)
+        )
         self.tasks = _Tasks()
         self.executions: list[_Execution] = []
         self.violations: list[str] = []
         self.current: _Execution | None = None
         self.caller: trio.CancelScope | None = None  # cancels engine.run: the caller
         self.process: trio.CancelScope | None = None  # cancels everything: a crash
+        self.nursery: trio.Nursery | None = None  # the execution's: lease tasks, late writes
+        self.owners = OwnerFaults(
+            self.faulty.inner, _RUN_ID, lease_ttl=explorer.lease_ttl, slow=explorer.slow
+        )
         self.sabotage = trio.Event()
         self.workflow = self._wrap(explorer.workflow)
         self.torn = _can_tear(self.raw) if explorer.torn is None else explorer.torn
@@ -340,6 +371,7 @@ class _Trial:
         for method in _WRITES:
             self.faulty.inject(method, Do(self._before))
             self.faulty.inject(method, Do(self._after), after=True)
+        self.faulty.inject("renew", Do(self.owners.renew))
 
     def _matches(self, point: str) -> Injection | None:
         ex = self.current
@@ -351,11 +383,15 @@ class _Trial:
             return inj
         return None
 
-    def _observe(self, event: RunEvent) -> None:
+    def _observer(self, started: list[str]) -> Callable[[RunEvent], None]:
+        """The observer of one engine's run: records the steps it executes in *started*."""
+        return lambda event: self._observe(event, started)
+
+    def _observe(self, event: RunEvent, started: list[str]) -> None:
         ex = self.current
         if ex is None or not isinstance(event, StepStarted):
             return
-        ex.started.append(event.key)
+        started.append(event.key)
         inj = self._matches(ex.point(f"start:{event.key}"))
         if inj is not None:
             self._strike(inj, f"step {event.key} failed")
@@ -366,6 +402,9 @@ class _Trial:
         ex = self.current
         if ex is None:
             return
+        await self.owners.write(call)  # a stopped process writes nothing meanwhile
+        if ex.race is not None:
+            ex.race.seen(call)
         label = _label(call.method, call.args, call.kwargs)
         if call.method == "append":
             ex.begun[label] = ex.begun.get(label, 0) + 1
@@ -377,12 +416,21 @@ class _Trial:
             await call.store.sleep(self.explorer.slow)  # the write stays in flight
         elif inj.kind == "hang":
             await call.store.sleep_forever()
+        elif inj.kind == "lease_lost":
+            await self.owners.lease_lost(call)
+        elif inj.kind == "pause":
+            await self.owners.pause(call, self._spawn_outside)
+        elif inj.kind == "race":
+            assert ex.race is not None
+            await ex.race.reached()
         else:
             torn = self.torn and call.method in ("append", "update_run")
             await Crash(torn=torn).apply(call)
 
     async def _after(self, call: Call) -> None:
         ex = self.current
+        if ex is not None and ex.race is not None:
+            await ex.race.claimed(call)
         if ex is None or call.method != "append":
             return
         label = _label(call.method, call.args, call.kwargs)
@@ -407,9 +455,18 @@ class _Trial:
         elif inj.kind == "hang":
             self.current.deadline = trio.current_time() + self.explorer.deadline
             self.caller.deadline = self.current.deadline
-        else:
-            assert inj.kind == "crash"
+        elif inj.kind == "crash":
             self._stop_process()
+        # lease_lost, pause and race act in the held write (see _before)
+
+    def _spawn_outside(self, afn: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
+        """Start a task of the explorer's, in the execution's nursery, not counted as the run's."""
+        assert self.nursery is not None
+        watching, self.tasks.watching = self.tasks.watching, False
+        try:
+            self.nursery.start_soon(afn, *args, name=name)
+        finally:
+            self.tasks.watching = watching
 
     def _stop_process(self) -> None:
         # The process dies: nothing of this execution runs on.
@@ -443,11 +500,11 @@ class _Trial:
                     responses = explorer.answer(requests)
                 ex = _Execution(index, injection)
                 self.executions.append(ex)
-                engine = Engine(self.faulty, hooks=(), save_timeout=explorer.save_timeout)
-                engine._workflows[self.workflow.name] = self.workflow
-                await self._execute(ex, engine, responses)
-                _, after = await self._stored()
-                self._check_execution(ex, before, after)
+                await self._execute(ex, responses)
+                stored, after = await self._stored()
+                self._check_execution(ex, before, after, stored)
+                if ex.takeover is not None:
+                    await hand_back(self.faulty.inner)  # the new owner stops; we resume
                 assert ex.outcome is not None
                 finished = ex.outcome.kind != "paused" and ex.fired_at is None
                 if finished and index >= len(self.plan.injections) - 1:
@@ -460,58 +517,92 @@ class _Trial:
         finally:
             await self.raw.close()
 
-    async def _execute(
-        self,
-        ex: _Execution,
-        engine: Engine,
-        responses: dict[str, Any] | None,
-    ) -> None:
-        explorer = self.explorer
+    async def _execute(self, ex: _Execution, responses: dict[str, Any] | None) -> None:
+        """One execution: a process with one engine (two, racing), and its caller."""
         self.current = ex
+        self.owners.reset()
+        ex.began = trio.current_time()
+        claim = "record:created" if responses is None else "record:running"
+        if ex.injection is not None and ex.injection.kind == "race":
+            ex.race = Race(at_claim=ex.injection.at == claim)
         outcome: _Outcome | None = None
         async with trio.open_nursery() as nursery:
+            self.nursery = nursery
             with trio.CancelScope() as process:
                 self.process = process
                 nursery.start_soon(self._watchdog, ex, process)
-                with trio.CancelScope() as caller:
-                    self.caller = caller
-                    current_observer.set(self._observe)
-                    self.tasks.watching = True
-                    try:
-                        if responses is not None:
-                            value = await engine.resume(_RUN_ID, responses)
-                        else:
-                            value = await engine.run(self.workflow, *explorer.args, run_id=_RUN_ID)
-                        outcome = _Outcome("value", value)
-                    except Paused as paused:
-                        keys = ", ".join(r.key for r in paused.requests)
-                        outcome = _Outcome("paused", paused.requests, f"paused on {keys}")
-                    except Exception as exc:
-                        outcome = _Outcome("error", text=_describe_error(exc))
-                    except BaseException as exc:
-                        # A write the crash reached outside the run's own
-                        # tasks raises SimulatedCrash; Cancelled (ours) goes on
-                        # to the scope that owns it.
-                        crash, rest = _split_crash(exc)
-                        if crash is None:
-                            raise
-                        outcome = _Outcome("crashed", text="crashed")
-                        if rest is not None:
-                            raise rest from None
-                    finally:
-                        # Synchronously, before anything else can run or exit.
-                        ex.returned_at = trio.current_time()
-                        self.tasks.watching = False
-                        ex.leftover = [t.name for t in self.tasks.alive]
-                        self.tasks.alive.clear()
-                        current_observer.set(None)
-                if caller.cancelled_caught:
-                    outcome = _Outcome("cancelled", text="cancelled by the caller")
+                async with AsyncExitStack() as stack:
+                    engines = [
+                        await stack.enter_async_context(self._open_engine(nursery))
+                        for _ in range(1 if ex.race is None else 2)
+                    ]
+                    with trio.CancelScope() as caller:
+                        self.caller = caller
+                        self.tasks.watching = True
+                        try:
+                            if ex.race is not None:  # the rival makes the same call
+                                outcome = await ex.race.run(
+                                    engines,
+                                    lambda started: self._call(engines[0], responses, started),
+                                    lambda started: self._call(engines[1], responses, started),
+                                )
+                                ex.started += ex.race.executed()
+                            else:
+                                outcome = await self._call(engines[0], responses, ex.started)
+                        finally:
+                            # Synchronously, before anything else can run or exit.
+                            ex.returned_at = trio.current_time()
+                            self.tasks.watching = False
+                            ex.leftover = [t.name for t in self.tasks.alive]
+                            self.tasks.alive.clear()
+                    if caller.cancelled_caught:
+                        outcome = _Outcome("cancelled", text="cancelled by the caller")
             if process.cancelled_caught or self.faulty.crashed:
                 outcome = _Outcome("crashed", text="crashed")
+            await self.owners.settle()  # a paused owner's late write reaches the store
+            ex.takeover = self.owners.takeover
             nursery.cancel_scope.cancel()
         self.current = None
         ex.outcome = outcome
+
+    def _open_engine(self, nursery: trio.Nursery) -> AbstractAsyncContextManager[Engine]:
+        explorer = self.explorer
+        return open_owner(
+            self.faulty,
+            self.workflow,
+            nursery,
+            save_timeout=explorer.save_timeout,
+            lease_ttl=explorer.lease_ttl,
+            crashed=lambda: self.faulty.crashed,
+        )
+
+    async def _call(
+        self, engine: Engine, responses: dict[str, Any] | None, started: list[str]
+    ) -> _Outcome:
+        """``engine.run`` (or ``resume``) of the explored run, as an outcome."""
+        current_observer.set(self._observer(started))
+        try:
+            if responses is not None:
+                value = await engine.resume(_RUN_ID, responses)
+            else:
+                value = await engine.run(self.workflow, *self.explorer.args, run_id=_RUN_ID)
+            return _Outcome("value", value)
+        except Paused as paused:
+            keys = ", ".join(r.key for r in paused.requests)
+            return _Outcome("paused", paused.requests, f"paused on {keys}")
+        except Exception as exc:
+            return _Outcome("error", text=_describe_error(exc))
+        except BaseException as exc:
+            # A write the crash reached outside the run's own tasks raises
+            # SimulatedCrash; Cancelled (ours) goes on to the scope that owns it.
+            crash, rest = _split_crash(exc)
+            if crash is None:
+                raise
+            if rest is not None:
+                raise rest from None
+            return _Outcome("crashed", text="crashed")
+        finally:
+            current_observer.set(None)
 
     async def _watchdog(self, ex: _Execution, process: trio.CancelScope) -> None:
         await trio.sleep(self.explorer.limit)
@@ -525,7 +616,11 @@ class _Trial:
     # -- invariants -------------------------------------------------------------
 
     def _check_execution(
-        self, ex: _Execution, before: tuple[Entry, ...], after: tuple[Entry, ...]
+        self,
+        ex: _Execution,
+        before: tuple[Entry, ...],
+        after: tuple[Entry, ...],
+        record: RunRecord | None,
     ) -> None:
         where = f"execution {ex.index} ({'first run' if ex.index == 0 else 'resume'})"
         # (a) nothing stored runs again
@@ -574,6 +669,18 @@ class _Trial:
             self.violations.append(
                 f"(e) tasks outlived engine.run in {where}: {', '.join(ex.leftover)}"
             )
+        # (f) one owner at a time
+        if inj is not None and ex.fired_at is not None and ex.takeover is not None:
+            # It knows when the held write is refused (lease_lost), or once no
+            # renewal succeeded for lease_ttl (pause).
+            wait = self.explorer.slow if inj.kind == "lease_lost" else self.explorer.lease_ttl
+            due = ex.fired_at + wait
+            self.violations += check_takeover(
+                ex.takeover, after, record, str(ex.outcome), ex.returned_at, due, where
+            )
+        if ex.race is not None:
+            self.violations += check_race(ex.race, before, after, record, where=where)
+        self.violations += check_once(before, after, Counter(ex.started), where=where)
 
 
 # -- the explorer -------------------------------------------------------------------
@@ -598,6 +705,7 @@ class Explorer:
         save_timeout: float = 30.0,
         limit: float = 3600.0,
         torn: bool | None = None,
+        lease_ttl: float = 2.0,
     ) -> None:
         if not isinstance(workflow, Workflow):
             raise UsageError(f"explore() takes a @tether.workflow, not {workflow!r}")
@@ -605,7 +713,8 @@ class Explorer:
             raise UsageError(
                 f"store_factory must be a callable returning a new store, not {store_factory!r}"
             )
-        for name, value in (("deadline", deadline), ("slow", slow), ("limit", limit)):
+        numbers = {"deadline": deadline, "slow": slow, "limit": limit, "lease_ttl": lease_ttl}
+        for name, value in numbers.items():
             if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
                 raise UsageError(f"{name} must be a positive number of seconds, not {value!r}")
         if not isinstance(save_timeout, int | float) or not save_timeout > 0:
@@ -619,6 +728,7 @@ class Explorer:
         self.save_timeout = float(save_timeout)
         self.limit = float(limit)
         self.torn = torn
+        self.lease_ttl = float(lease_ttl)
         self._baselines: dict[int, list[_Execution]] = {}
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Any]:
@@ -674,6 +784,9 @@ class Explorer:
         """Run one trial and raise :class:`InvariantViolation` if an invariant broke."""
         if not isinstance(plan, FaultPlan):
             raise UsageError(f"check() takes a FaultPlan, not {plan!r}")
+        for injection in plan.injections:
+            if injection is not None:
+                _check_applies(injection)
         reference = self._baseline(plan.seed)[-1].outcome
         assert reference is not None
         trial, problems = self._trial(plan)
@@ -692,7 +805,7 @@ class Explorer:
         plans = []
         for index, points in enumerate(self.points(seed)):
             for point in points:
-                for kind in _KINDS_AT[_kind_of(point)]:
+                for kind in _kinds_at(point):
                     if kind in kinds:
                         plans.append(FaultPlan(seed, (None,) * index + (Injection(kind, point),)))
         return plans
@@ -709,7 +822,7 @@ class Explorer:
         # In the order the uninterrupted run reaches them: shrinking goes earlier.
         points = dict.fromkeys(p for execution in self.points(0) for p in execution)
         injection = st.sampled_from(
-            [Injection(kind, point) for point in points for kind in _KINDS_AT[_kind_of(point)]]
+            [Injection(kind, point) for point in points for kind in _kinds_at(point)]
         )
         return st.builds(
             FaultPlan,
@@ -780,11 +893,8 @@ class Explorer:
                     f"workflow {self.workflow.name} never reaches the point {injection.at!r} "
                     f"under seed {plan.seed}; its points are: {', '.join(sorted(known))}"
                 )
-            if injection is not None and injection.kind not in _KINDS_AT[_kind_of(injection.at)]:
-                raise UsageError(
-                    f"a {injection.kind!r} fault does not apply at {injection.at!r}; there: "
-                    f"{', '.join(_KINDS_AT[_kind_of(injection.at)])}"
-                )
+            if injection is not None:
+                _check_applies(injection)
 
     # -- reporting ---------------------------------------------------------------
 
@@ -797,6 +907,10 @@ class Explorer:
             extra += ", store_factory=..."
         if self.responses is not None:
             extra += ", responses=..."
+        defaults = inspect.signature(Explorer).parameters
+        for name in _OPTIONS:
+            if getattr(self, name) != defaults[name].default:
+                extra += f", {name}={getattr(self, name)!r}"
         faults = f", faults=[{plan.faults!r}]" if plan.injections else ", faults=[]"
         return f"tether.testing.explore({target}{args}, seeds={seeds!r}{faults}{extra})"
 
@@ -812,8 +926,20 @@ class Explorer:
         )
 
 
-def _kind_of(point: str) -> str:
-    return point.partition(":")[0]
+def _check_applies(injection: Injection) -> None:
+    if injection.kind not in _kinds_at(injection.at):
+        raise UsageError(
+            f"a {injection.kind!r} fault does not apply at {injection.at!r}; there: "
+            f"{', '.join(_kinds_at(injection.at)) or 'none'}"
+        )
+
+
+def _kinds_at(point: str) -> tuple[str, ...]:
+    """The fault kinds that apply at *point*."""
+    kind, _, what = point.partition(":")
+    if kind == "record" and what.partition("~")[0] in ("created", "running"):
+        kind = "claim"
+    return _KINDS_AT.get(kind, ())
 
 
 def _seeds(seeds: int | Iterable[int]) -> list[int]:
@@ -839,6 +965,7 @@ def explore(
     save_timeout: float = 30.0,
     limit: float = 3600.0,
     torn: bool | None = None,
+    lease_ttl: float = 2.0,
 ) -> Exploration:
     """Inject faults at every interleaving point of ``workflow(*args)``; check the invariants.
 
@@ -871,7 +998,23 @@ def explore(
     ``crash``
         the process dies: the store takes no further writes (a torn write
         where the store can simulate one, see *torn*) and the execution
-        stops; a new engine resumes on the same storage.
+        stops; a new engine resumes on the same storage;
+    ``lease_lost``
+        (at ``save:`` and status ``record:`` points) another owner takes the
+        run over while the write is held *slow* seconds (renewals held too);
+        the write must be refused and ``engine.run`` raise
+        :class:`tether.LeaseLostError`;
+    ``pause``
+        (same points) the process stops past its lease: the write, renewals
+        and other writes wait *lease_ttl* + *slow* seconds, another owner
+        claims the run, the write arrives late and must be refused; the
+        engine must have stopped within *lease_ttl*;
+    ``race``
+        (at writes, and at the execution's claim) a second engine calls
+        ``engine.run`` of the run: exactly one executes it, the other gets
+        :class:`tether.RunConflictError` at once.
+
+    After a takeover the other owner stops, and a fresh engine resumes.
 
     Args:
         workflow: a ``@tether.workflow``; *args* are its arguments.
@@ -885,6 +1028,8 @@ def explore(
         limit: virtual seconds an execution may take before the explorer
             declares it stuck.
         torn: leave torn writes at crashes (default: if the store can).
+        lease_ttl: the engines' ``lease_ttl`` in trials (virtual seconds;
+            they renew every third of it).
 
     Returns:
         an :class:`Exploration` summary when no invariant broke.
@@ -903,5 +1048,6 @@ def explore(
         save_timeout=save_timeout,
         limit=limit,
         torn=torn,
+        lease_ttl=lease_ttl,
     )
     return explorer.run(seeds=seeds, faults=faults)
