@@ -619,3 +619,22 @@ async def test_a_lost_lease_that_turns_out_to_be_a_cancel_raises_run_cancelled(
         await store.cancel_run("r", takeover=record.token)
     assert isinstance(outcome.error, tether.RunCancelledError)
     assert isinstance(outcome.error.__cause__, tether.LeaseLostError)
+
+
+async def test_responses_to_a_run_executing_elsewhere_are_a_conflict(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+    async with (
+        tether.open_engine(store) as first,
+        tether.open_engine(store) as second,
+        trio.open_nursery() as nursery,
+    ):
+        outcome = start_run(nursery, first)
+        await _executing(first, "r")
+        with pytest.raises(tether.RunConflictError, match="is executing") as conflict:
+            await second.resume("r", responses={"ask#0": True})
+        assert conflict.value.owner == first.owner
+        gate.set()
+        await outcome.ended.wait()
+    assert outcome.error is None

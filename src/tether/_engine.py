@@ -361,6 +361,21 @@ class Engine:
                 f"responses must be a mapping of request keys to values, not {responses!r}"
             )
         keys = ", ".join(map(repr, responses))
+        if (
+            record.status is RunStatus.RUNNING
+            and record.owner is not None
+            and record.lease_expires_at is not None
+            and (record.owner == self._owner or not owner_is_gone(record.owner))
+        ):
+            # Executing now, here or elsewhere: that execution took the run's
+            # requests. A conflict, like any claim of a live lease.
+            raise RunConflictError(
+                f"run {run_id!r} is executing: owner {record.owner} holds its lease until "
+                f"{record.lease_expires_at.isoformat()} (got responses {keys}); nothing was "
+                "journaled. Answer again once the run has paused.",
+                owner=record.owner,
+                expires_at=record.lease_expires_at,
+            )
         if record.status is RunStatus.COMPLETED:
             raise RunConflictError(
                 f"run {run_id!r} has completed; it takes no responses (got {keys})"

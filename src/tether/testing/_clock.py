@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
 
+import outcome
 import trio
 import trio.testing
 
@@ -58,21 +59,23 @@ class ClockHoldingStore:
         return f"ClockHoldingStore({self.inner!r})"
 
     async def _held(self, afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        result: list[T] = []
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_hold)
-                try:
-                    result.append(await afn(*args, **kwargs))
-                finally:
-                    nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # The helper only ever ends by our cancellation: what is in the
-            # group came from the call. Raise it as itself.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-        return result[0]
+        # Shielded: a call cancelled while its thread cannot be abandoned goes
+        # on, and virtual time must wait for it still. Ended by us alone.
+        holding = trio.CancelScope(shield=True)
+
+        async def hold() -> None:
+            with holding:
+                await _hold()
+
+        answer: outcome.Outcome[T] | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold)
+            try:
+                answer = await outcome.acapture(afn, *args, **kwargs)
+            finally:
+                holding.cancel()
+        assert answer is not None
+        return answer.unwrap()
 
     async def open(self) -> None:
         await self._held(self.inner.open)
