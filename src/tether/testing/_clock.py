@@ -30,8 +30,13 @@ async def _hold() -> None:
 
 
 def hold_clock(store: Store) -> Store:
-    """*store* wrapped in :class:`ClockHoldingStore` if it is thread-backed (not a MemoryStore)."""
-    return store if isinstance(store, MemoryStore) else ClockHoldingStore(store)
+    """*store* wrapped in :class:`ClockHoldingStore` if it is thread-backed (not a MemoryStore).
+
+    A store that is wrapped already is returned as it is.
+    """
+    if isinstance(store, MemoryStore | ClockHoldingStore):
+        return store
+    return ClockHoldingStore(store)
 
 
 @final

@@ -55,7 +55,7 @@ from .._requests import Paused, Request, request_from_json
 from .._workflow import Workflow
 from ..stores._memory import MemoryStore
 from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store
-from ._clock import ClockHoldingStore, hold_clock
+from ._clock import hold_clock
 from ._deterministic import run_deterministic
 from ._explore_leases import (
     OWNERSHIP_KINDS,
@@ -306,9 +306,7 @@ class _Trial:
         self.explorer = explorer
         self.plan = plan
         self.raw = explorer.store_factory()
-        self.faulty = FaultyStore(
-            self.raw if isinstance(self.raw, ClockHoldingStore) else hold_clock(self.raw)
-        )
+        self.faulty = FaultyStore(hold_clock(self.raw))
         self.tasks = _Tasks()
         self.executions: list[_Execution] = []
         self.violations: list[str] = []
