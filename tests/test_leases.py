@@ -104,6 +104,34 @@ class ChecksumBlindStore(JsonStore):
         return entry
 
 
+class ClaimAnyArgsStore(JsonStore):
+    """Breaks create: claims a stored run for a create of other arguments."""
+
+    async def claim(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl: float,
+        create: RunRecord | None = None,
+        takeover: int | None = None,
+    ) -> RunRecord:
+        stored = self.read(run_id)
+        if create is not None and stored is not None:
+            create = attrs.evolve(create, workflow=stored.workflow, args=stored.args)
+        return await super().claim(run_id, owner, ttl=ttl, create=create, takeover=takeover)
+
+
+class EverlastingStore(JsonStore):
+    """Breaks expiry: a lease, once taken, never expires."""
+
+    def decode_run(self, run_id: str) -> RunRecord:
+        record = super().decode_run(run_id)
+        if record.owner is not None and record.lease_expires_at is None:
+            record = attrs.evolve(record, lease_expires_at=record.updated_at)
+        return record
+
+
 class EagerCancelStore(JsonStore):
     """Breaks cancel: marks a run cancelled at once although its owner still executes it."""
 
@@ -129,6 +157,8 @@ async def test_the_json_store_passes_every_check_with_its_hooks() -> None:
         (GapBlindStore, "journal_gap", "no CheckpointCorruptError"),
         (ChecksumBlindStore, "entry_checksum", "no CheckpointCorruptError"),
         (EagerCancelStore, "cancel", "cancel gave"),
+        (ClaimAnyArgsStore, "claim_creates", "a claim with other arguments"),
+        (EverlastingStore, "claim_after_expiry", "an expired lease still shows as live"),
     ],
 )
 async def test_each_lease_check_catches_a_store_that_breaks_its_rule(
@@ -638,3 +668,72 @@ async def test_responses_to_a_run_executing_elsewhere_are_a_conflict(
         gate.set()
         await outcome.ended.wait()
     assert outcome.error is None
+
+
+# -- a damaged journal stops a resume before anything executes ------------------------------
+
+
+def _delete_entry(path: Path, seq: int) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM entries WHERE run_id = 'r' AND seq = ?", (seq,))
+    conn.close()
+
+
+def _change_a_digit(text: str) -> str:
+    head, sep, value = text.partition('"value":"')
+    return head + sep + value.replace("2", "3", 1)
+
+
+def _alter_sqlite(path: Path, seq: int) -> None:
+    with sqlite3.connect(path) as conn:
+        (data,) = conn.execute(
+            "SELECT data FROM entries WHERE run_id = 'r' AND seq = ?", (seq,)
+        ).fetchone()
+        conn.execute(
+            "UPDATE entries SET data = ? WHERE run_id = 'r' AND seq = ?",
+            (_change_a_digit(data), seq),
+        )
+    conn.close()
+
+
+def _alter_file(directory: Path, seq: int) -> None:
+    path = directory / "r" / "entries" / f"{seq:012d}.json"
+    path.write_text(_change_a_digit(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("kind", "damage", "says"),
+    [
+        ("sqlite", "delete", "seq 1: missing"),
+        ("sqlite", "alter", "entry seq 1 does not match its checksum"),
+        ("file", "alter", "entry seq 1 does not match its checksum"),
+    ],
+)
+async def test_a_damaged_journal_raises_naming_the_run_and_seq_and_nothing_executes(
+    kind: str, damage: str, says: str, tmp_path: Path
+) -> None:
+    store: Store = (
+        tether.SQLiteStore(tmp_path / "d.db") if kind == "sqlite" else tether.FileStore(tmp_path)
+    )
+    with pytest.raises(ValueError, match="flaky"):
+        async with tether.open_engine(store) as engine:
+            await engine.run(damaged, run_id="r")  # journals quick#0 (value 2) and quick#1
+    if damage == "delete":
+        _delete_entry(tmp_path / "d.db", 1)  # the middle of the journal: seq 2 is stored
+    elif kind == "sqlite":
+        _alter_sqlite(tmp_path / "d.db", 1)
+    else:
+        _alter_file(tmp_path, 1)
+    executed.clear()
+    async with tether.open_engine(store) as engine:
+        with pytest.raises(tether.CheckpointCorruptError) as info:
+            await engine.resume("r")
+    assert "'r'" in str(info.value) and says in str(info.value), str(info.value)
+    assert executed == []  # nothing executed: a stored step is never taken for a missing one
+
+
+@tether.workflow(name="tests.leases.damaged")
+async def damaged() -> int:
+    await quick(1)
+    await quick(2)
+    return await flaky()

@@ -68,13 +68,20 @@ async def check_claim_creates(ctx: _Ctx) -> None:
         assert got is not None and got.owner == A and got.token == 1, f"stored {got!r}"
         assert got.lease_expires_at is not None, "get_run of a leased run shows no live lease"
         assert (got.workflow, got.args) == ("checkout", '["o-1"]'), f"stored {got!r}"
+        # Released, so that only the arguments can refuse the next claims.
+        released = await store.update_run(attrs.evolve(got, owner=None, lease_expires_at=None))
+        got = await store.get_run("new")
+        assert got is not None and got.owner is None, f"after a release: {released!r}"
         other = ctx.run("new", args='["o-2"]')
-        await _refused(
-            "a claim with other arguments",
-            RunConflictError,
-            lambda: store.claim("new", B, ttl=_LONG, create=other),
-        )
+        for owner in (A, B):
+            await _refused(
+                "a claim with other arguments",
+                RunConflictError,
+                lambda owner=owner: store.claim("new", owner, ttl=_LONG, create=other),  # type: ignore[misc]
+            )
         assert await store.get_run("new") == got, "a refused claim changed the record"
+        same = await store.claim("new", B, ttl=_LONG, create=ctx.run("new"))
+        assert same.owner == B and same.token == 2, f"a claim with the same run gave {same!r}"
         await _refused(
             "a claim of an unknown run without create",
             RunNotFoundError,
