@@ -753,10 +753,10 @@ _ODD_ENTRIES = [
 async def test_sqlite_stores_the_canonical_json_and_idempotency_key(
     entry: Entry, tmp_path: Path
 ) -> None:
-    from tether.stores._sqlite import _encode_entry, _generic_encode_entry
+    from tether.stores._sqlite_rows import encode_entry, generic_encode_entry
 
-    assert _encode_entry(entry) == _generic_encode_entry(entry)
-    assert _encode_entry(entry)[0] == entry.idempotency_key
+    assert encode_entry(entry) == generic_encode_entry(entry)
+    assert encode_entry(entry)[0] == entry.idempotency_key
     store = tether.SQLiteStore(tmp_path / "c.db")
     await store.open()
     try:

@@ -25,8 +25,8 @@ queued while its statements run, a few times over) and commits it in one
 one callback into their Trio run. Reads run in Trio worker threads on
 separate read connections (WAL lets them proceed while the writer commits).
 
-An append is encoded (its JSON and idempotency key) by the caller before it
-is queued; the writer only numbers its rows. A batch costs a few statements
+An append is encoded (its JSON and idempotency key, :mod:`._sqlite_rows`) by
+the caller before it is queued; the writer only numbers its rows. A batch costs a few statements
 whatever its size: per run one query for its existence and its highest
 ``seq`` (inside the write transaction: processes sharing the file never
 collide), and multi-row inserts with no duplicate lookups, since the
@@ -39,10 +39,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
-import hashlib
-import json
-import json.encoder
 import os
 import queue
 import sqlite3
@@ -76,18 +72,15 @@ from ._leases import (
 )
 from ._protocol import (
     Entry,
-    EntryKind,
-    EntryStatus,
-    ErrorInfo,
     RecordDecodeError,
     Renewal,
     RunRecord,
     dumps_record,
-    entry_checksum,
     first_gap,
     load_entry,
     load_run_record,
 )
+from ._sqlite_rows import Appending, encode_append, insert_entries, row_data
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 
@@ -142,142 +135,7 @@ _BUSY_POLL = 0.005
 _BUSY: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # How many times jobs queued during a transaction may join it.
 _LATE_ROUNDS = 3
-# The most rows one INSERT takes (4 parameters each: within SQLite's
-# smallest default limit of 999 parameters).
-_MAX_ROWS = 128
-
-
-@functools.cache
-def _insert_rows_sql(n: int) -> str:
-    return "INSERT INTO entries (run_id, seq, ikey, data) VALUES " + ",".join(["(?,?,?,?)"] * n)
-
-
-def _insert_entries(conn: sqlite3.Connection, rows: list[Any]) -> None:
-    """Insert the flattened *rows* (run_id, seq, ikey, data, ...) in few statements.
-
-    Chunks of a power-of-two number of rows, so the connection's statement
-    cache holds every statement after a while (at most 8 distinct ones).
-    """
-    start, end = 0, len(rows)
-    while start < end:
-        n = min(_MAX_ROWS, 1 << ((end - start) // 4).bit_length() - 1)
-        stop = start + 4 * n
-        conn.execute(_insert_rows_sql(n), rows[start:stop])
-        start = stop
-
-
-# ``dumps_record``'s encoder, made once.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
 _PENDING, _TAKEN, _WITHDRAWN = 0, 1, 2
-
-
-@attrs.frozen
-class _Appending:
-    """An append, encoded before it is queued: the writer only numbers it.
-
-    Row ``i`` of the run stored with seq ``n`` has the data
-    ``head + str(n) + tails[i] + checksum``, exactly
-    ``dumps_record(entry.stored_as(n).to_json())`` (see :func:`_row_data`).
-    """
-
-    run_id: str
-    head: str  # '{"run_id":<run_id>,"seq":'
-    ikeys: tuple[str, ...]  # Entry.idempotency_key of each entry
-    tails: tuple[str, ...]  # each entry's JSON after its seq, up to its checksum
-    entries: tuple[Entry, ...]  # for the fencing check
-
-
-def _encode_append(run_id: str, entries: Sequence[Entry]) -> _Appending:
-    ikeys: list[str] = []
-    tails: list[str] = []
-    for entry in entries:
-        ikey, tail = _encode_entry(entry)
-        ikeys.append(ikey)
-        tails.append(tail)
-    head = '{"run_id":' + _string(run_id) + ',"seq":'
-    return _Appending(run_id, head, tuple(ikeys), tuple(tails), tuple(entries))
-
-
-def _row_data(appending: _Appending, i: int, seq: int) -> str:
-    """The stored JSON of entry *i* of *appending* as seq *seq*, checksum included."""
-    checksum = entry_checksum(appending.ikeys[i], seq)
-    return f'{appending.head}{seq}{appending.tails[i]},"checksum":"{checksum}"}}'
-
-
-# What json.dumps(..., ensure_ascii=False) writes for a string.
-_string: Final = json.encoder.encode_basestring
-_KINDS: Final = {k: _string(k.value) for k in EntryKind}
-_STATUSES: Final = {s: _string(s.value) for s in EntryStatus}
-
-
-def _encode_entry(entry: Entry) -> tuple[str, str]:
-    """(:attr:`Entry.idempotency_key`, the JSON of the entry after its seq).
-
-    Both texts are assembled from one encoding of each field, exactly as
-    ``json.dumps`` writes them (``_generic_encode_entry`` is the reference;
-    a test holds them equal); a field of an unexpected type takes that path.
-    """
-    e = entry
-    error = e.error
-    value = e.value
-    if not (
-        type(e.key) is str
-        and type(e.run_id) is str
-        and type(e.args_digest) is str
-        and type(e.attempt) is int
-        and type(e.token) is int
-        and type(e.kind) is EntryKind
-        and type(e.status) is EntryStatus
-        and type(e.started_at) is datetime
-        and type(e.finished_at) is datetime
-        and (value is None or type(value) is str)
-        and (
-            error is None
-            or (
-                type(error) is ErrorInfo
-                and type(error.type) is str
-                and type(error.message) is str
-                and (error.key is None or type(error.key) is str)
-            )
-        )
-    ):
-        return _generic_encode_entry(e)
-    key = _string(e.key)
-    kind = _KINDS[e.kind]
-    status = _STATUSES[e.status]
-    text = "null" if value is None else _string(value)
-    digest = _string(e.args_digest)
-    started = '"' + e.started_at.isoformat() + '"'  # ISO 8601: nothing to escape
-    finished = '"' + e.finished_at.isoformat() + '"'
-    attempt = int.__repr__(e.attempt)
-    token = int.__repr__(e.token)
-    if error is None:
-        err = sorted_err = "null"
-    else:
-        etype, emessage = _string(error.type), _string(error.message)
-        ekey = "null" if error.key is None else _string(error.key)
-        err = f'{{"type":{etype},"message":{emessage},"key":{ekey}}}'
-        sorted_err = f'{{"key":{ekey},"message":{emessage},"type":{etype}}}'
-    ikey_text = (
-        f'{{"args_digest":{digest},"attempt":{attempt},"error":{sorted_err},'
-        f'"finished_at":{finished},"key":{key},"kind":{kind},"run_id":{_string(e.run_id)},'
-        f'"started_at":{started},"status":{status},"token":{token},"value":{text}}}'
-    )
-    tail = (
-        f',"key":{key},"kind":{kind},"status":{status},"value":{text},"error":{err},'
-        f'"args_digest":{digest},"started_at":{started},"finished_at":{finished},'
-        f'"attempt":{attempt},"token":{token}'
-    )
-    return hashlib.sha256(ikey_text.encode("utf-8")).hexdigest(), tail
-
-
-def _generic_encode_entry(entry: Entry) -> tuple[str, str]:
-    data = entry.to_json()  # run_id, seq, then the rest, in this order, checksum last
-    ikey = entry.idempotency_key
-    for name in ("run_id", "seq", "checksum"):
-        del data[name]
-    return ikey, "," + _ENCODER.encode(data)[1:-1]
 
 
 @attrs.define(eq=False)
@@ -286,7 +144,7 @@ class _Job:
 
     fn: Callable[[sqlite3.Connection], Any] | None
     token: trio.lowlevel.TrioToken
-    appending: _Appending | None = None
+    appending: Appending | None = None
     urgent: bool = False  # a lease renewal: committed ahead of a batch of other writes
     done: trio.Event = attrs.field(factory=trio.Event)
     state: int = _PENDING  # guarded by the store's lock
@@ -615,7 +473,7 @@ class SQLiteStore:
         for e in entries:
             if e.run_id != run_id:
                 raise UsageError(f"entry {e.key} of run {e.run_id!r} appended to run {run_id!r}")
-        appending = _encode_append(run_id, entries)
+        appending = encode_append(run_id, entries)
         # The writer returns each entry's new seq, or the stored entry it equals.
         done: list[int | Entry] = await self._write(None, f"appending to run {run_id!r}", appending)
         return [
@@ -847,7 +705,7 @@ class SQLiteStore:
         self,
         fn: Callable[[sqlite3.Connection], Any] | None,
         what: str,
-        appending: _Appending | None = None,
+        appending: Appending | None = None,
         *,
         urgent: bool = False,
     ) -> Any:
@@ -946,7 +804,7 @@ class SQLiteStore:
                     while True:
                         joining = more() if late else []
                         if not joining and rows:
-                            _insert_entries(conn, rows)
+                            insert_entries(conn, rows)
                             rows.clear()
                             joining = more() if late else []
                         if not joining:
@@ -1005,7 +863,7 @@ class SQLiteStore:
             appending = job.appending
             if appending is None:
                 if rows:  # the job sees every earlier write
-                    _insert_entries(conn, rows)
+                    insert_entries(conn, rows)
                     rows.clear()
                 results.append(self._run_job(conn, job))
                 last.clear()
@@ -1022,7 +880,7 @@ class SQLiteStore:
             seqs: list[int] = []
             for i, ikey in enumerate(appending.ikeys):
                 seq += 1
-                rows += (run_id, seq, ikey, _row_data(appending, i, seq))
+                rows += (run_id, seq, ikey, row_data(appending, i, seq))
                 seqs.append(seq)
             last[run_id] = (owner, token, seq)
             results.append((seqs, None))
@@ -1051,7 +909,7 @@ class SQLiteStore:
         conn.execute("RELEASE job")
         return result
 
-    def _append_one(self, conn: sqlite3.Connection, appending: _Appending) -> list[int | Entry]:
+    def _append_one(self, conn: sqlite3.Connection, appending: Appending) -> list[int | Entry]:
         """One append, entry by entry, looking each up first (an index search)."""
         run_id = appending.run_id
         fence = self._last_seq(conn, run_id)
@@ -1069,7 +927,7 @@ class SQLiteStore:
                 stored.append(self._decode_entry(run_id, row))
                 continue
             last += 1
-            conn.execute(_INSERT_ENTRY, (run_id, last, ikey, _row_data(appending, i, last)))
+            conn.execute(_INSERT_ENTRY, (run_id, last, ikey, row_data(appending, i, last)))
             stored.append(last)
         return stored
 
