@@ -436,9 +436,7 @@ class FileStore:
         return result
 
     def _cancel_sync(self, run_id: str, takeover: int | None) -> RunRecord:
-        if self._run_dir(run_id) is None:
-            decide_cancel(None, run_id=run_id)  # raises RunNotFoundError
-        with self._locked(run_id) as folder:
+        with self._locked(run_id, "cannot cancel") as folder:
             current = self._read_run(run_id, folder)
             record = decide_cancel(current, run_id=run_id, takeover=takeover)
             if record is None:
@@ -478,16 +476,16 @@ class FileStore:
         return float(expires)
 
     @contextlib.contextmanager
-    def _locked(self, run_id: str) -> Iterator[Path]:
+    def _locked(self, run_id: str, doing: str = "cannot write") -> Iterator[Path]:
         """Hold the run's ``flock`` (every process respects it); yield its folder.
 
         Raises:
-            RunNotFoundError: no such run.
+            RunNotFoundError: no such run (the message starts with *doing*).
             StoreError: another process held the lock for :data:`_LOCK_TIMEOUT`.
         """
         folder = self._run_dir(run_id)
         if folder is None:
-            raise RunNotFoundError(f"run {run_id!r} is not stored in {self!r}")
+            raise RunNotFoundError(f"{doing} run {run_id!r}: it is not stored in {self!r}")
         fd = os.open(folder / _LOCK, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
         try:
             deadline = time.monotonic() + _LOCK_TIMEOUT
@@ -570,9 +568,7 @@ class FileStore:
         return result
 
     def _append_sync(self, run_id: str, entries: list[Entry]) -> list[Entry]:
-        if self._run_dir(run_id) is None:
-            raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
-        with self._locked(run_id) as folder, self._run_lock(run_id):
+        with self._locked(run_id, "cannot append to") as folder, self._run_lock(run_id):
             run = self._read_run(run_id, folder, lease=False)
             check_append(run_id, entries, token=run.token, owner=run.owner)
             ids = self._ids.get(run_id)

@@ -24,7 +24,13 @@ from datetime import datetime
 
 import attrs
 
-from .._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
+from .._errors import (
+    LeaseLostError,
+    RunCancelledError,
+    RunConflictError,
+    RunNotFoundError,
+    UsageError,
+)
 from ._protocol import Entry, Renewal, RunRecord, RunStatus, utcnow
 
 __all__ = (
@@ -71,7 +77,11 @@ class ClaimDecision:
 
 
 def check_owner(owner: object) -> str:
-    """An owner name, validated: a non-empty string without ``/`` or control characters."""
+    """An owner name, validated: a non-empty string without ``/`` or control characters.
+
+    Raises:
+        UsageError: anything else.
+    """
     if (
         not isinstance(owner, str)
         or not owner
@@ -79,14 +89,18 @@ def check_owner(owner: object) -> str:
         or any(ord(c) < 32 or ord(c) == 127 for c in owner)
         or len(owner) > 200
     ):
-        raise ValueError(f"a lease owner is a short name without '/', not {owner!r:.100}")
+        raise UsageError(f"a lease owner is a short name without '/', not {owner!r:.100}")
     return owner
 
 
 def check_ttl(ttl: object) -> float:
-    """A lease duration in seconds, validated (``0`` is allowed: ends leases now)."""
+    """A lease duration in seconds, validated (``0`` is allowed: ends leases now).
+
+    Raises:
+        UsageError: not a non-negative number.
+    """
     if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 <= ttl < 10**9:
-        raise ValueError(f"a lease ttl is a non-negative number of seconds, not {ttl!r}")
+        raise UsageError(f"a lease ttl is a non-negative number of seconds, not {ttl!r}")
     return float(ttl)
 
 
