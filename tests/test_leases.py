@@ -737,3 +737,18 @@ async def damaged() -> int:
     await quick(1)
     await quick(2)
     return await flaky()
+
+
+async def test_a_bad_owner_or_ttl_is_a_usage_error_on_every_store(store: Store) -> None:
+    now = utcnow()
+    record = RunRecord(run_id="r", workflow="w", args="[]", created_at=now, updated_at=now)
+    await store.open()
+    try:
+        for owner, ttl in [("a/b", 1.0), ("", 1.0), ("ok", -1.0), ("ok", float("nan"))]:
+            with pytest.raises(tether.UsageError, match="lease"):
+                await store.claim("r", owner, ttl=ttl, create=record)
+        assert await store.get_run("r") is None  # nothing was created
+        with pytest.raises(tether.UsageError, match="lease owner"):
+            await store.renew("a\nb", ttl=1.0, held={})
+    finally:
+        await store.close()
