@@ -199,8 +199,9 @@ class Leases:
         cancelled: Callable[[], None],
     ) -> None:
         """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens."""
+        if not self.held:
+            self._wake.set()  # it waited with nothing to renew: renewals start now
         self.held[run_id] = _Held(token, lost, cancelled)
-        self._wake.set()
 
     def drop(self, run_id: str) -> None:
         """Stop renewing *run_id* (its execution ended)."""

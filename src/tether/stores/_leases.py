@@ -19,8 +19,10 @@ lease has not expired on the store's clock).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Final
 
 import attrs
 
@@ -43,6 +45,9 @@ __all__ = (
     "fenced_update",
     "renewal",
 )
+
+#: 1 to 200 characters, none of them ``/`` or a control character.
+_OWNER: Final = re.compile(r"[^/\x00-\x1f\x7f]{1,200}")
 
 #: Statuses a claim moves to ``running`` (clearing their error and requests).
 _RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.FAILED})
@@ -82,13 +87,7 @@ def check_owner(owner: object) -> str:
     Raises:
         UsageError: anything else.
     """
-    if (
-        not isinstance(owner, str)
-        or not owner
-        or "/" in owner
-        or any(ord(c) < 32 or ord(c) == 127 for c in owner)
-        or len(owner) > 200
-    ):
+    if not isinstance(owner, str) or _OWNER.fullmatch(owner) is None:
         raise UsageError(f"a lease owner is a short name without '/', not {owner!r:.100}")
     return owner
 
@@ -232,18 +231,19 @@ def fenced_update(current: RunRecord | None, incoming: RunRecord) -> RunRecord:
         raise _stale(
             current.run_id, incoming.token, "a run record write", current.token, current.owner
         )
-    record = attrs.evolve(
-        incoming,
-        cancel_requested=current.cancel_requested or incoming.cancel_requested,
-        lease_expires_at=None,
-    )
-    if record.status is RunStatus.COMPLETED:
-        record = attrs.evolve(record, cancel_requested=False)
-    elif record.cancel_requested and record.status in (RunStatus.FAILED, RunStatus.PAUSED):
-        record = _cancelled(record, record.updated_at)
-    elif record.status is RunStatus.CANCELLED:
-        record = attrs.evolve(record, owner=None, requests=())
-    return record
+    cancel = current.cancel_requested or incoming.cancel_requested
+    status = incoming.status
+    if status is RunStatus.COMPLETED:
+        cancel = False
+    elif cancel and status in (RunStatus.FAILED, RunStatus.PAUSED):
+        return _cancelled(incoming, incoming.updated_at)
+    elif status is RunStatus.CANCELLED:
+        return attrs.evolve(
+            incoming, owner=None, requests=(), cancel_requested=cancel, lease_expires_at=None
+        )
+    if cancel is incoming.cancel_requested and incoming.lease_expires_at is None:
+        return incoming  # as written (the common case: frozen, nothing to change)
+    return attrs.evolve(incoming, cancel_requested=cancel, lease_expires_at=None)
 
 
 def check_append(run_id: str, entries: Sequence[Entry], *, token: int, owner: str | None) -> None:
