@@ -142,6 +142,9 @@ class Leases:
         self._unsure: dict[str, float] = {}
         self._claiming: set[str] = set()  # runs whose claim is awaited now
         self._wake = trio.Event()
+        # The task waits with no deadline (nothing held, released or unsure).
+        # Otherwise a new hold need not wake it: its next deadline comes first.
+        self._idle = False
 
     # -- used by the engine -------------------------------------------------------------
 
@@ -199,9 +202,9 @@ class Leases:
         cancelled: Callable[[], None],
     ) -> None:
         """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens."""
-        if not self.held:
-            self._wake.set()  # it waited with nothing to renew: renewals start now
         self.held[run_id] = _Held(token, lost, cancelled)
+        if self._idle:
+            self._wake.set()  # it waits with no deadline: renewals start now
 
     def drop(self, run_id: str) -> None:
         """Stop renewing *run_id* (its execution ended)."""
@@ -226,7 +229,11 @@ class Leases:
                 with trio.move_on_after(self.ttl / 3):
                     await self._wait()
             elif not self._releases:
-                await self._wait()
+                self._idle = True
+                try:
+                    await self._wait()
+                finally:
+                    self._idle = False
             await self._release_pending()
             await self._release_unsure()
             if not self.held:
