@@ -108,16 +108,10 @@ class Execution:
         the run turns out cancelled).
         """
         state, record = self.state, self.record
-
-        def lose(exc: LeaseLostError) -> None:
-            # Like a caller cancellation: the watcher cuts saves short and
-            # nothing more is written; engine.run raises *exc*.
-            if self.lost is None and not self.released:
-                self.lost = exc
-                self.lease_scope.cancel()
-
-        state.lose = lose
-        self.leases.hold(record.run_id, record.token, lost=lose, cancelled=state.request_cancel)
+        state.lose = self._lose
+        self.leases.hold(
+            record.run_id, record.token, lost=self._lose, cancelled=state.request_cancel
+        )
         ending: BaseException | None = None
         try:
             with self.lease_scope:
@@ -139,6 +133,13 @@ class Execution:
         # Only a lost lease makes the lease scope catch a cancellation.
         assert self.lost is not None
         raise await self._lost_or_cancelled(record.run_id, self.lost)
+
+    def _lose(self, exc: LeaseLostError) -> None:
+        """The lease is gone: stop like a caller cancellation (the watcher cuts saves
+        short and nothing more is written); ``engine.run`` raises *exc*."""
+        if self.lost is None and not self.released:
+            self.lost = exc
+            self.lease_scope.cancel()
 
     async def _load_journal(self, run_id: str) -> dict[str, Entry]:
         journal: dict[str, Entry] = {}
