@@ -44,7 +44,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from functools import partial
 from io import BytesIO
 from pathlib import Path
@@ -59,7 +59,7 @@ import tether
 from _env import print_environment
 
 if TYPE_CHECKING:
-    from tether.stores import Entry, Renewal, RunRecord, Store
+    from tether.stores import Store
 
 BEFORE = "8423b95"  # the parent of the lease work (a7e8726)
 REPO = Path(__file__).resolve().parent.parent
@@ -257,75 +257,39 @@ WRITES = ("create_run", "update_run", "append", "claim", "renew", "cancel_run")
 READS = ("get_run", "list_runs", "load_entries")
 
 
-class CountingStore:
-    """Forwards every store method, keyword arguments included; counts and times the calls."""
+@attrs.define(eq=False)
+class Counts:
+    """The store calls of one measurement, recorded by FaultyStore hooks (``counting``)."""
 
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        #: (trio time, method) of every call, at the call
-        self.calls: list[tuple[float, str]] = []
-        #: (trio time at the call, runs named, wall seconds) of every renew call
-        self.renews: list[tuple[float, int, float]] = []
+    #: (trio time, method) of every call, at the call
+    calls: list[tuple[float, str]] = attrs.field(factory=list)
+    #: (trio time at the call, runs named, wall seconds) of every renew call
+    renews: list[tuple[float, int, float]] = attrs.field(factory=list)
+    _renewing: dict[int, tuple[float, float]] = attrs.field(factory=dict)
 
-    def __repr__(self) -> str:
-        return f"CountingStore({self.inner!r})"
 
-    def _count(self, method: str) -> None:
-        self.calls.append((trio.current_time(), method))
+def counting(store: Store) -> tuple[Store, Counts]:
+    """*store* in a FaultyStore whose hooks count and time every call (no fault)."""
+    # Imported here: part 1's workers import this module under the tree before leases.
+    from tether.stores import STORE_METHODS
+    from tether.testing import Call, Do, FaultyStore
 
-    async def open(self) -> None:
-        await self.inner.open()
+    faulty, counts = FaultyStore(store), Counts()
 
-    async def close(self) -> None:
-        await self.inner.close()
+    async def called(call: Call) -> None:
+        counts.calls.append((trio.current_time(), call.method))
+        if call.method == "renew":
+            counts._renewing[call.n] = (trio.current_time(), time.perf_counter())
 
-    async def create_run(self, record: RunRecord) -> None:
-        self._count("create_run")
-        await self.inner.create_run(record)
+    async def renewed(call: Call) -> None:
+        at, t0 = counts._renewing.pop(call.n)
+        counts.renews.append((at, len(call.kwargs["held"]), time.perf_counter() - t0))
 
-    async def update_run(self, record: RunRecord) -> RunRecord | None:
-        self._count("update_run")
-        return await self.inner.update_run(record)
-
-    async def claim(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        ttl: float,
-        create: RunRecord | None = None,
-        takeover: int | None = None,
-    ) -> RunRecord:
-        self._count("claim")
-        return await self.inner.claim(run_id, owner, ttl=ttl, create=create, takeover=takeover)
-
-    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
-        self._count("renew")
-        at, t0 = trio.current_time(), time.perf_counter()
-        try:
-            return await self.inner.renew(owner, ttl=ttl, held=held)
-        finally:
-            self.renews.append((at, len(held), time.perf_counter() - t0))
-
-    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
-        self._count("cancel_run")
-        return await self.inner.cancel_run(run_id, takeover=takeover)
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        self._count("get_run")
-        return await self.inner.get_run(run_id)
-
-    async def list_runs(self) -> Sequence[RunRecord]:
-        self._count("list_runs")
-        return await self.inner.list_runs()
-
-    async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
-        self._count("append")
-        return await self.inner.append(run_id, entries)
-
-    async def load_entries(self, run_id: str) -> Sequence[Entry]:
-        self._count("load_entries")
-        return await self.inner.load_entries(run_id)
+    for method in STORE_METHODS:
+        if method not in ("open", "close"):
+            faulty.inject(method, Do(called))
+    faulty.inject("renew", Do(renewed), after=True)
+    return faulty, counts
 
 
 @attrs.define
@@ -376,7 +340,7 @@ class HoldRow:
 async def hold_many(label: str, store: Store, runs: int, intervals: int) -> HoldRow:
     global _gate
     _gate = gate = Gate(runs)
-    counting = CountingStore(store)
+    wrapped, seen = counting(store)
     interval = LEASE_TTL / 3
     completed = lost = 0
 
@@ -389,7 +353,7 @@ async def hold_many(label: str, store: Store, runs: int, intervals: int) -> Hold
         else:
             completed += 1
 
-    async with tether.open_engine(counting, lease_ttl=LEASE_TTL) as engine:
+    async with tether.open_engine(wrapped, lease_ttl=LEASE_TTL) as engine:
         leases = engine._leases
         async with trio.open_nursery() as nursery:
             t0 = time.perf_counter()
@@ -398,22 +362,22 @@ async def hold_many(label: str, store: Store, runs: int, intervals: int) -> Hold
             await gate.all_waiting.wait()  # each run is held from before its step starts
             assert len(leases.held) == runs
             start_s = time.perf_counter() - t0
-            start_calls = len(counting.calls)
+            start_calls = len(seen.calls)
             ready, renewals_before = trio.current_time(), leases.renewals
             await trio.sleep_until(ready + (intervals + 2) * interval)
             # engine._leases.renewals and the store's renew calls over the same span
             engine_renewals = leases.renewals - renewals_before
-            store_renews = sum(1 for t, m in counting.calls if m == "renew" and t >= ready)
+            store_renews = sum(1 for t, m in seen.calls if m == "renew" and t >= ready)
             gate.release.set()
     # The window: K whole intervals from half an interval after the first renewal
     # once every run waited, so each interval holds one renewal at the right cadence.
-    after = [t for t, m in counting.calls if m == "renew" and t >= ready]
+    after = [t for t, m in seen.calls if m == "renew" and t >= ready]
     if not after:
         raise RuntimeError(f"{label}: no renewal in {(intervals + 2) * interval:.1f} s")
     w0 = after[0] + interval / 2
     w1 = w0 + intervals * interval
-    counts = collections.Counter(m for t, m in counting.calls if w0 <= t < w1)
-    renew_seconds = [s for t, _, s in counting.renews if w0 <= t < w1]
+    counts = collections.Counter(m for t, m in seen.calls if w0 <= t < w1)
+    renew_seconds = [s for t, _, s in seen.renews if w0 <= t < w1]
     if engine_renewals != store_renews:
         raise RuntimeError(
             f"{label}: engine._leases.renewals grew by {engine_renewals}, "
@@ -423,13 +387,13 @@ async def hold_many(label: str, store: Store, runs: int, intervals: int) -> Hold
         store=label,
         runs=runs,
         start_s=start_s,
-        start_writes=sum(1 for _, m in counting.calls[:start_calls] if m in WRITES) / runs,
+        start_writes=sum(1 for _, m in seen.calls[:start_calls] if m in WRITES) / runs,
         intervals=(w1 - w0) / interval,
         renews=counts["renew"],
         writes=sum(counts[m] for m in WRITES),
         reads=sum(counts[m] for m in READS),
         renew_ms=statistics.median(renew_seconds) * 1e3 if renew_seconds else math.nan,
-        held_per_renew=max((n for t, n, _ in counting.renews if w0 <= t < w1), default=0),
+        held_per_renew=max((n for t, n, _ in seen.renews if w0 <= t < w1), default=0),
         completed=completed,
         lost=lost,
         engine_renewals=engine_renewals,

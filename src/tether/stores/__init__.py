@@ -11,6 +11,7 @@ from ._leases import fenced_update as fenced_update
 from ._leases import renewal as renewal
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import FORMAT_VERSION as FORMAT_VERSION
+from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import Entry as Entry
 from ._protocol import EntryKind as EntryKind
 from ._protocol import EntryStatus as EntryStatus
@@ -33,6 +34,7 @@ from ._sqlite import SQLiteStore as SQLiteStore
 __all__ = (
     "FORMAT_VERSION",
     "SCHEMA_VERSION",
+    "STORE_METHODS",
     "ClaimDecision",
     "Entry",
     "EntryKind",
