@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -26,6 +27,7 @@ from tether.stores import (
     RunRecord,
     Store,
     check_append,
+    check_run_filter,
     decide_cancel,
     decide_claim,
     dumps_record,
@@ -80,9 +82,10 @@ class JsonDictStore:
         await trio.lowlevel.checkpoint()
         return self._run(run_id)
 
-    async def list_runs(self) -> Sequence[RunRecord]:
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
+        selected = check_run_filter(**filters)  # status=, workflow=, after=, limit=
         await trio.lowlevel.checkpoint()
-        return [self._stored(run_id) for run_id in self.runs]
+        return selected.page(self._stored(run_id) for run_id in self.runs)
 
     # -- leases ----------------------------------------------------------------------
 

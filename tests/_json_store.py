@@ -10,7 +10,8 @@ one rule, and the conformance check for that rule must catch it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -23,8 +24,11 @@ from tether.stores import (
     RunRecord,
     Store,
     check_append,
+    check_run_filter,
     decide_cancel,
     decide_claim,
+    decide_dispatch,
+    dispatchable,
     dumps_record,
     fenced_update,
     first_gap,
@@ -86,9 +90,10 @@ class JsonStore:
         await trio.lowlevel.checkpoint()
         return self.read(run_id)
 
-    async def list_runs(self) -> Sequence[RunRecord]:
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
+        selected = check_run_filter(**filters)  # status=, workflow=, after=, limit=
         await trio.lowlevel.checkpoint()
-        return [self.decode_run(run_id) for run_id in self.runs]
+        return selected.page(self.decode_run(run_id) for run_id in self.runs)
 
     # -- leases -----------------------------------------------------------------------
 
@@ -113,6 +118,26 @@ class JsonStore:
             return decision.outcome(None)
         self.leases[owner] = trio.current_time() + ttl
         return decision.outcome(self.decode_run(run_id).lease_expires_at)
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        await trio.lowlevel.checkpoint()
+        for run_id in self.runs:
+            current = self.decode_run(run_id)
+            if dispatchable(current, workflows=workflows, gone=gone):
+                decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+                self.write(decision.store)
+                if decision.claimed:
+                    self.leases[owner] = trio.current_time() + ttl
+                    return self.decode_run(run_id)
+        return None
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         await trio.lowlevel.checkpoint()

@@ -12,6 +12,7 @@ from ._leases import renewal as renewal
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import FORMAT_VERSION as FORMAT_VERSION
 from ._protocol import STORE_METHODS as STORE_METHODS
+from ._protocol import WORKER_METHODS as WORKER_METHODS
 from ._protocol import Entry as Entry
 from ._protocol import EntryKind as EntryKind
 from ._protocol import EntryStatus as EntryStatus
@@ -21,6 +22,7 @@ from ._protocol import Renewal as Renewal
 from ._protocol import RunRecord as RunRecord
 from ._protocol import RunStatus as RunStatus
 from ._protocol import Store as Store
+from ._protocol import WatchableStore as WatchableStore
 from ._protocol import dumps_record as dumps_record
 from ._protocol import entry_checksum as entry_checksum
 from ._protocol import first_gap as first_gap
@@ -28,14 +30,24 @@ from ._protocol import load_entry as load_entry
 from ._protocol import load_run_record as load_run_record
 from ._protocol import loads_record as loads_record
 from ._protocol import utcnow as utcnow
+from ._queue import DEAD_LETTER_ERROR as DEAD_LETTER_ERROR
+from ._queue import Dispatch as Dispatch
+from ._queue import RunFilter as RunFilter
+from ._queue import check_max_dispatches as check_max_dispatches
+from ._queue import check_run_filter as check_run_filter
+from ._queue import decide_dispatch as decide_dispatch
+from ._queue import dispatchable as dispatchable
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = (
+    "DEAD_LETTER_ERROR",
     "FORMAT_VERSION",
     "SCHEMA_VERSION",
     "STORE_METHODS",
+    "WORKER_METHODS",
     "ClaimDecision",
+    "Dispatch",
     "Entry",
     "EntryKind",
     "EntryStatus",
@@ -44,15 +56,21 @@ __all__ = (
     "MemoryStore",
     "RecordDecodeError",
     "Renewal",
+    "RunFilter",
     "RunRecord",
     "RunStatus",
     "SQLiteStore",
     "Store",
+    "WatchableStore",
     "check_append",
+    "check_max_dispatches",
     "check_owner",
+    "check_run_filter",
     "check_ttl",
     "decide_cancel",
     "decide_claim",
+    "decide_dispatch",
+    "dispatchable",
     "dumps_record",
     "entry_checksum",
     "fenced_update",

@@ -41,7 +41,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
@@ -77,6 +77,7 @@ from ._protocol import (
     load_entry,
     load_run_record,
 )
+from ._queue import check_max_dispatches, check_run_filter, decide_dispatch, dispatchable
 
 __all__ = ("FileStore",)
 
@@ -521,15 +522,84 @@ class FileStore:
         folder = self._run_dir(run_id)
         return None if folder is None else self._read_run(run_id, folder)
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        """Every run record, by ``created_at`` then id. A checkpoint.
+    async def list_runs(
+        self,
+        *,
+        status: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[RunRecord]:
+        """Run records by ``created_at`` then id, filtered (see :meth:`Store.list_runs`).
+
+        A checkpoint. The directory is the index: every run record is read
+        and the filters applied to them, so a listing costs O(all runs).
 
         Raises:
+            UsageError: invalid arguments.
+            RunNotFoundError: *after* names no stored run.
             CheckpointCorruptError: any run cannot be read (none is skipped),
                 or the directory holds something that is not a run.
         """
-        result: list[RunRecord] = await self._call("listing runs", self._list_sync)
+        selected = check_run_filter(status, workflow, after, limit)
+        records: list[RunRecord] = await self._call("listing runs", self._list_sync)
+        return selected.page(records)
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run (see the protocol).
+
+        Candidates are found by a listing, then each is decided again under
+        its run's lock (which every process respects), so two workers never
+        claim the same run.
+
+        Raises:
+            StoreError: the file system failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        max_dispatches = check_max_dispatches(max_dispatches)
+        result: RunRecord | None = await self._call(
+            "claiming a queued run",
+            self._claim_next_sync,
+            owner,
+            ttl,
+            frozenset(workflows),
+            max_dispatches,
+            frozenset(gone),
+        )
         return result
+
+    def _claim_next_sync(
+        self,
+        owner: str,
+        ttl: float,
+        workflows: frozenset[str],
+        max_dispatches: int,
+        gone: frozenset[str],
+    ) -> RunRecord | None:
+        for listed in self._list_sync():
+            if not dispatchable(listed, workflows=workflows, gone=gone):
+                continue
+            with self._locked(listed.run_id) as folder:
+                current = self._read_run(listed.run_id, folder)
+                if not dispatchable(current, workflows=workflows, gone=gone):
+                    continue  # claimed or changed since it was listed
+                decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+                expires = time.time() + ttl
+                if decision.claimed:
+                    self._write_owner(owner, expires)
+                self._replace_run(folder, decision.store)
+                if decision.claimed:
+                    return attrs.evolve(decision.store, lease_expires_at=_time_of(expires))
+        return None
 
     def _list_sync(self) -> list[RunRecord]:
         records = []

@@ -50,7 +50,15 @@ __all__ = (
 _OWNER: Final = re.compile(r"[^/\x00-\x1f\x7f]{1,200}")
 
 #: Statuses a claim moves to ``running`` (clearing their error and requests).
-_RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.FAILED})
+_RESUMABLE = frozenset(
+    {
+        RunStatus.QUEUED,
+        RunStatus.RUNNING,
+        RunStatus.PAUSED,
+        RunStatus.FAILED,
+        RunStatus.DEAD_LETTER,
+    }
+)
 
 
 @attrs.frozen
@@ -166,7 +174,7 @@ def decide_claim(
         )
         if current.status is RunStatus.CANCELLED or live:
             return ClaimDecision(None, error=cancelled)
-        return ClaimDecision(_cancelled(current, now), error=cancelled)
+        return ClaimDecision(cancelled_record(current, now), error=cancelled)
     if current.status is RunStatus.COMPLETED:
         return ClaimDecision(None, result=current)
     if live and current.owner != owner:
@@ -181,11 +189,13 @@ def decide_claim(
         requests=(),
         updated_at=now,
         lease_expires_at=None,
+        dispatches=0,
     )
     return ClaimDecision(record, result=record)
 
 
-def _cancelled(current: RunRecord, now: datetime) -> RunRecord:
+def cancelled_record(current: RunRecord, now: datetime) -> RunRecord:
+    """*current* stored as ``cancelled``: released, its requests cleared."""
     return attrs.evolve(
         current,
         status=RunStatus.CANCELLED,
@@ -236,7 +246,7 @@ def fenced_update(current: RunRecord | None, incoming: RunRecord) -> RunRecord:
     if status is RunStatus.COMPLETED:
         cancel = False
     elif cancel and status in (RunStatus.FAILED, RunStatus.PAUSED):
-        return _cancelled(incoming, incoming.updated_at)
+        return cancelled_record(incoming, incoming.updated_at)
     elif status is RunStatus.CANCELLED:
         return attrs.evolve(
             incoming, owner=None, requests=(), cancel_requested=cancel, lease_expires_at=None
@@ -284,7 +294,7 @@ def decide_cancel(
         if current.cancel_requested:
             return None
         return attrs.evolve(current, cancel_requested=True, lease_expires_at=None)
-    return _cancelled(current, now or utcnow())
+    return cancelled_record(current, now or utcnow())
 
 
 def renewal(mine: Mapping[str, tuple[int, bool]], held: Mapping[str, int]) -> Renewal:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import final
 
@@ -19,7 +19,8 @@ from ._leases import (
     fenced_update,
     renewal,
 )
-from ._protocol import Entry, Renewal, RunRecord
+from ._protocol import Entry, Renewal, RunRecord, RunStatus
+from ._queue import check_max_dispatches, check_run_filter, decide_dispatch, dispatchable
 
 __all__ = ("MemoryStore",)
 
@@ -50,6 +51,7 @@ class MemoryStore:
         self._journals: dict[str, list[Entry]] = {}
         # run -> entry key -> the run's stored entries with that key (usually one)
         self._by_key: dict[str, dict[str, list[Entry]]] = {}
+        self._watchers: set[Callable[[], None]] = set()
 
     def __repr__(self) -> str:
         return f"MemoryStore(<{len(self._runs)} runs>)"
@@ -64,7 +66,7 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         if record.run_id in self._runs:
             raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
-        self._runs[record.run_id] = record
+        self._set(record)
         self._journals[record.run_id] = []
         self._by_key[record.run_id] = {}
 
@@ -72,7 +74,8 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         if record.run_id not in self._runs:
             raise RunNotFoundError(f"run {record.run_id!r} is not stored in {self!r}")
-        stored = self._runs[record.run_id] = fenced_update(self._runs[record.run_id], record)
+        stored = fenced_update(self._runs[record.run_id], record)
+        self._set(stored)
         return stored
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -80,9 +83,58 @@ class MemoryStore:
         record = self._runs.get(run_id)
         return None if record is None else self._read(record)
 
-    async def list_runs(self) -> Sequence[RunRecord]:
+    async def list_runs(
+        self,
+        *,
+        status: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[RunRecord]:
+        selected = check_run_filter(status, workflow, after, limit)
         await trio.lowlevel.checkpoint()
-        return [self._read(r) for r in self._runs.values()]
+        # The dict keeps creation order; a scan is what an in-memory store affords.
+        return [self._read(r) for r in selected.page(self._runs.values())]
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        max_dispatches = check_max_dispatches(max_dispatches)
+        await trio.lowlevel.checkpoint()
+        for stored in list(self._runs.values()):
+            current = self._read(stored)
+            if not dispatchable(current, workflows=workflows, gone=gone):
+                continue
+            decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+            self._set(decision.store)
+            if decision.claimed:
+                expires = self._leases[owner] = self._clock() + ttl
+                return attrs.evolve(
+                    decision.store, lease_expires_at=datetime.fromtimestamp(expires, UTC)
+                )
+        return None
+
+    async def watch(self, changed: Callable[[], None]) -> None:
+        """Call *changed()* after each change to a run record (in this process); never return."""
+        self._watchers.add(changed)
+        try:
+            await trio.sleep_forever()
+        finally:
+            self._watchers.discard(changed)
+
+    def _set(self, record: RunRecord) -> None:
+        """Store *record* and tell the watchers."""
+        self._runs[record.run_id] = record
+        for changed in list(self._watchers):
+            changed()
 
     async def claim(
         self,
@@ -105,7 +157,7 @@ class MemoryStore:
             takeover=takeover,
         )
         if decision.store is not None:
-            self._runs[run_id] = decision.store
+            self._set(decision.store)
             if decision.created:
                 self._journals[run_id] = []
                 self._by_key[run_id] = {}
@@ -136,7 +188,7 @@ class MemoryStore:
             None if current is None else self._read(current), run_id=run_id, takeover=takeover
         )
         if record is not None:
-            self._runs[run_id] = record
+            self._set(record)
         return self._read(self._runs[run_id])
 
     def _read(self, record: RunRecord) -> RunRecord:

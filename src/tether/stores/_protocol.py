@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol, TypeVar, final, runtime_checkable
 
@@ -29,6 +29,8 @@ __all__ = (
     "RunStatus",
     "STORE_METHODS",
     "Store",
+    "WORKER_METHODS",
+    "WatchableStore",
     "dumps_record",
     "entry_checksum",
     "first_gap",
@@ -38,8 +40,9 @@ __all__ = (
 
 #: Version of the record format; stored with every run. Version 2 added the
 #: lease fields of run records and the fencing token and checksum of entries;
-#: records and entries of version 1 stay readable.
-FORMAT_VERSION = 2
+#: version 3 the ``dispatches`` count of run records. Records and entries of
+#: older versions stay readable.
+FORMAT_VERSION = 3
 
 
 def utcnow() -> datetime:
@@ -50,11 +53,16 @@ def utcnow() -> datetime:
 class RunStatus(enum.StrEnum):
     """Where a run stands."""
 
+    QUEUED = "queued"  #: submitted (``engine.submit``); waits for a worker to claim it
     RUNNING = "running"  #: started, or interrupted (crash, caller cancellation): resumable
     PAUSED = "paused"  #: waiting for responses to its pending requests
     COMPLETED = "completed"  #: finished with a result; never executes again
     FAILED = "failed"  #: finished with an error; resumable
     CANCELLED = "cancelled"  #: cancelled by ``engine.cancel``; final, never executes again
+    #: claimed by workers ``max_dispatches`` times without an outcome (each
+    #: time its worker died): set aside so it cannot crash-loop the fleet;
+    #: ``engine.resume`` executes it again
+    DEAD_LETTER = "dead_letter"
 
 
 class EntryKind(enum.StrEnum):
@@ -297,6 +305,9 @@ class RunRecord:
     #: store on reads while the lease is live (``None`` when released or
     #: expired), never stored from a write
     lease_expires_at: datetime | None = None
+    #: how many times workers claimed the run since it was submitted or
+    #: last resumed by hand (``engine.resume``); see ``max_dispatches``
+    dispatches: int = 0
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -317,6 +328,7 @@ class RunRecord:
             "owner": self.owner,
             "token": self.token,
             "cancel_requested": self.cancel_requested,
+            "dispatches": self.dispatches,
             "format_version": FORMAT_VERSION,
         }
 
@@ -334,12 +346,9 @@ class RunRecord:
                 f"run record has format_version {version!r}; this tether reads "
                 f"1 to {FORMAT_VERSION} (a newer tether wrote it?)"
             )
-        d = _exact_fields(data, _RUN_FIELDS_V1 if version == 1 else _RUN_FIELDS, "run record")
-        token = d.get("token", 0)
-        if type(token) is not int or token < 0:
-            raise RecordDecodeError(
-                f"run record field 'token' must be a non-negative integer, not {token!r}"
-            )
+        d = _exact_fields(data, _RUN_FIELDS_BY_VERSION[version], "run record")
+        token = _count(d, "token")
+        dispatches = _count(d, "dispatches")
         cancel = d.get("cancel_requested", False)
         if type(cancel) is not bool:
             raise RecordDecodeError(
@@ -364,6 +373,7 @@ class RunRecord:
             owner=_opt_str(d, "owner", "run record") if "owner" in d else None,
             token=token,
             cancel_requested=cancel,
+            dispatches=dispatches,
             format_version=version,
         )
 
@@ -407,7 +417,12 @@ _RUN_FIELDS_V1 = (
     "updated_at",
     "format_version",
 )
-_RUN_FIELDS = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
+_RUN_FIELDS_V2 = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
+_RUN_FIELDS_BY_VERSION: Final = {
+    1: _RUN_FIELDS_V1,
+    2: _RUN_FIELDS_V2,
+    3: (*_RUN_FIELDS_V2, "dispatches"),
+}
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -526,6 +541,16 @@ def _str(d: dict[str, Any], name: str, what: str) -> str:
 
 def _opt_str(d: dict[str, Any], name: str, what: str) -> str | None:
     return None if d[name] is None else _str(d, name, what)
+
+
+def _count(d: dict[str, Any], name: str) -> int:
+    """A non-negative integer field of a run record (0 when an older version lacks it)."""
+    v = d.get(name, 0)
+    if type(v) is not int or v < 0:
+        raise RecordDecodeError(
+            f"run record field {name!r} must be a non-negative integer, not {v!r}"
+        )
+    return v
 
 
 def _enum(cls: type[E], d: dict[str, Any], name: str, what: str) -> E:
@@ -662,8 +687,62 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run record, or ``None`` for an unknown id."""
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        """All run records, oldest first."""
+    async def list_runs(
+        self,
+        *,
+        status: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[RunRecord]:
+        """Run records, oldest first (in creation order), filtered and paged.
+
+        Args:
+            status: only runs with one of these statuses.
+            workflow: only runs of this workflow.
+            after: a run id: only runs created after it (keyset pagination:
+                pass the last id of the previous page).
+            limit: at most this many records.
+
+        Validate the arguments with :func:`check_run_filter
+        <tether.stores.check_run_filter>`; stores that scan their records
+        apply :meth:`RunFilter.page <tether.stores.RunFilter.page>`.
+
+        Raises:
+            UsageError: invalid arguments.
+            RunNotFoundError: *after* names no stored run.
+        """
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        """A worker's claim: take the lease of the oldest dispatchable run, in one atomic step.
+
+        Optional: a store without it serves no workers (``open_worker``
+        refuses it). Dispatchable (:func:`dispatchable
+        <tether.stores.dispatchable>`): a run of one of *workflows* that is
+        ``queued``, or ``running`` without a live lease (no owner, its
+        owner's lease expired, or its owner is one of *gone*, owners the
+        caller knows to be dead). Candidates are taken oldest first and
+        decided by :func:`decide_dispatch <tether.stores.decide_dispatch>`:
+        one with a recorded cancel is stored ``cancelled`` and one already
+        dispatched *max_dispatches* times is stored ``dead_letter``, and the
+        next candidate is tried; otherwise the claim is written (token and
+        ``dispatches`` grow by one, status ``running``, owner *owner*) and
+        *owner*'s lease expiry set to now + *ttl*, as :meth:`claim` does.
+
+        Concurrent calls, from any process, never claim the same run.
+
+        Returns:
+            The claimed record (``lease_expires_at`` set), or ``None`` when
+            no run is dispatchable now.
+        """
 
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
         """Atomically append journal entries to a run; the one journal write.
@@ -695,4 +774,28 @@ class Store(Protocol):
 
         Strict: a missing seq below the highest, or an entry that does not
         match its checksum, raises :class:`~tether.CheckpointCorruptError`.
+        """
+
+
+#: Methods a store needs to serve workers (``tether.open_worker``), beyond :data:`STORE_METHODS`.
+WORKER_METHODS: Final = ("claim_next",)
+
+
+@runtime_checkable
+class WatchableStore(Protocol):
+    """A store that announces changes, so waiters need not poll (optional).
+
+    ``open_engine`` starts :meth:`watch` in its own nursery when the store
+    has it; ``engine.wait`` and workers then wake at once on a change and
+    poll only as a fallback.
+    """
+
+    async def watch(self, changed: Callable[[], None]) -> None:
+        """Call *changed()*, in this Trio run, after changes to runs; never return.
+
+        A change is a committed write of a run record by anyone (a new or
+        queued run, a status change, a recorded cancel), in any process.
+        Notifications are hints: one may be lost (a dropped connection) or
+        stand for several changes, so callers re-read what they wait for.
+        Runs until cancelled; store errors are retried, not raised.
         """

@@ -1,11 +1,13 @@
 """A durable store in one SQLite file: one writer thread, group commit.
 
-Layout (schema version 2, kept in ``PRAGMA user_version``)::
+Layout (schema version 3, kept in ``PRAGMA user_version``)::
 
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
          run_id TEXT NOT NULL UNIQUE,
          data TEXT NOT NULL,                       -- RunRecord.to_json(), JSON text
-         owner TEXT, token INTEGER, cancel INTEGER)  -- copies of data's lease fields
+         owner TEXT, token INTEGER, cancel INTEGER,  -- copies of data's lease fields
+         status TEXT, workflow TEXT)               -- copies for listing and workers,
+                                                   -- indexed with id
     entries(run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             ikey TEXT NOT NULL,                    -- Entry.idempotency_key
             data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
@@ -15,8 +17,10 @@ Layout (schema version 2, kept in ``PRAGMA user_version``)::
 
 A lease is per owner, not per run: renewing every run an engine holds is one
 row's update. The lease columns of ``runs`` mirror the JSON so that fencing
-checks and renewals are indexed queries. Version 1 files are migrated on
-open (the columns and table are added; version 1 JSON stays readable).
+checks and renewals are indexed queries; ``status`` and ``workflow`` do the
+same for filtered listings and for workers' claims. Older files are
+migrated on open (the columns, indexes and table are added; older JSON stays
+readable).
 
 Writes go through one thread that owns the write connection: callers queue a
 job and wait; the thread takes everything queued at that moment (and what is
@@ -44,7 +48,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
@@ -75,11 +79,13 @@ from ._protocol import (
     RecordDecodeError,
     Renewal,
     RunRecord,
+    RunStatus,
     dumps_record,
     first_gap,
     load_entry,
     load_run_record,
 )
+from ._queue import check_max_dispatches, check_run_filter, decide_dispatch, dispatchable
 from ._sqlite_rows import Appending, encode_append, insert_entries, row_data
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
@@ -87,7 +93,7 @@ __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 T = TypeVar("T")
 
 #: The schema version this tether writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -114,6 +120,20 @@ ALTER TABLE runs ADD COLUMN cancel INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL;
 CREATE TABLE owners (owner TEXT PRIMARY KEY, expires REAL NOT NULL);
 """
+# Version 2 -> 3: status and workflow columns, indexed for listing and for workers.
+_MIGRATE_3 = """
+ALTER TABLE runs ADD COLUMN status TEXT;
+ALTER TABLE runs ADD COLUMN workflow TEXT;
+UPDATE runs SET status = json_extract(data, '$.status'), workflow = json_extract(data, '$.workflow')
+    WHERE json_valid(data);
+CREATE INDEX runs_status ON runs (status, id);
+CREATE INDEX runs_workflow ON runs (workflow, id);
+"""
+_MIGRATIONS: Final = {
+    0: _SCHEMA + _MIGRATE_2 + _MIGRATE_3,
+    1: _MIGRATE_2 + _MIGRATE_3,
+    2: _MIGRATE_3,
+}
 
 _INSERT_ENTRY = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
 # The run's lease holder and token (for the fencing check) and its highest seq.
@@ -125,7 +145,22 @@ FROM runs WHERE run_id = ?1
 _SELECT_RUN = """
 SELECT r.id, r.run_id, r.data, o.expires FROM runs r LEFT JOIN owners o ON o.owner = r.owner
 """
-_PUT_RUN = "UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ? WHERE run_id = ?"
+_PUT_RUN = """
+UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?
+WHERE run_id = ?
+"""
+_INSERT_RUN = """
+INSERT INTO runs (data, owner, token, cancel, status, workflow, run_id) VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+# Candidates for a worker's claim, oldest first (see dispatchable(), which decides).
+_DISPATCHABLE = (
+    _SELECT_RUN
+    + """
+WHERE r.workflow IN ({workflows}) AND (r.status = 'queued' OR (r.status = 'running' AND (
+    r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone}))))
+ORDER BY r.id LIMIT 32
+"""
+)
 _SET_OWNER = """
 INSERT INTO owners (owner, expires) VALUES (?, ?)
 ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires
@@ -161,6 +196,19 @@ def _execute_script(conn: sqlite3.Connection, script: str) -> None:
     for statement in script.split(";"):
         if statement.strip():
             conn.execute(statement)
+
+
+def _run_row(record: RunRecord) -> tuple[object, ...]:
+    """The parameters of :data:`_INSERT_RUN` and :data:`_PUT_RUN` for *record*."""
+    return (
+        dumps_record(record.to_json()),
+        record.owner,
+        record.token,
+        record.cancel_requested,
+        record.status.value,
+        record.workflow,
+        record.run_id,
+    )
 
 
 def _time_of(unix: float) -> datetime:
@@ -427,29 +475,55 @@ class SQLiteStore:
         result: RunRecord = await self._write(write, f"cancelling run {run_id!r}")
         return result
 
-    def _insert_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
-        conn.execute(
-            "INSERT INTO runs (run_id, data, owner, token, cancel) VALUES (?, ?, ?, ?, ?)",
-            (
-                record.run_id,
-                dumps_record(record.to_json()),
-                record.owner,
-                record.token,
-                record.cancel_requested,
-            ),
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run (one transaction; see the protocol).
+
+        Raises:
+            StoreError: SQLite failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        max_dispatches = check_max_dispatches(max_dispatches)
+        names, dead = sorted(set(workflows)), sorted(set(gone))
+        if not names:
+            await trio.lowlevel.checkpoint()
+            return None
+        query = _DISPATCHABLE.format(
+            workflows=", ".join("?" * len(names)), gone=", ".join("?" * len(dead))
         )
 
+        def write(conn: sqlite3.Connection) -> RunRecord | None:
+            while True:
+                now = time.time()
+                rows = conn.execute(query, (*names, now, *dead)).fetchall()
+                if not rows:
+                    return None
+                for row in rows:
+                    current = self._decode_run(row, now)
+                    if not dispatchable(current, workflows=names, gone=dead):
+                        continue
+                    decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+                    self._put_run(conn, decision.store)
+                    if decision.claimed:
+                        conn.execute(_SET_OWNER, (owner, now + ttl))
+                        return attrs.evolve(decision.store, lease_expires_at=_time_of(now + ttl))
+
+        result: RunRecord | None = await self._write(write, "claiming a queued run")
+        return result
+
+    def _insert_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
+        conn.execute(_INSERT_RUN, _run_row(record))
+
     def _put_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
-        conn.execute(
-            _PUT_RUN,
-            (
-                dumps_record(record.to_json()),
-                record.owner,
-                record.token,
-                record.cancel_requested,
-                record.run_id,
-            ),
-        )
+        conn.execute(_PUT_RUN, _run_row(record))
 
     def _select_run(
         self, conn: sqlite3.Connection, run_id: str, now: float | None = None
@@ -495,16 +569,49 @@ class SQLiteStore:
         result: RunRecord | None = await self._read(read, f"reading run {run_id!r}")
         return result
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        """Every run record in creation order. A checkpoint; runs in a worker thread.
+    async def list_runs(
+        self,
+        *,
+        status: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[RunRecord]:
+        """Run records in creation order, filtered (indexed queries; see :meth:`Store.list_runs`).
+
+        A checkpoint; runs in a worker thread.
 
         Raises:
-            CheckpointCorruptError: any row does not decode (none is skipped).
+            UsageError: invalid arguments.
+            RunNotFoundError: *after* names no stored run.
+            CheckpointCorruptError: a selected row does not decode (none is skipped).
             StoreError: SQLite failed.
         """
+        selected = check_run_filter(status, workflow, after, limit)
+        where: list[str] = []
+        params: list[object] = []
+        if selected.status is not None:
+            where.append(f"r.status IN ({', '.join('?' * len(selected.status))})")
+            params.extend(sorted(s.value for s in selected.status))
+        if selected.workflow is not None:
+            where.append("r.workflow = ?")
+            params.append(selected.workflow)
+        if selected.after is not None:
+            where.append("r.id > (SELECT id FROM runs WHERE run_id = ?)")
+            params.append(selected.after)
+        query = _SELECT_RUN + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.id"
+        if selected.limit is not None:
+            query += f" LIMIT {selected.limit}"
 
         def read(conn: sqlite3.Connection) -> list[RunRecord]:
-            rows = conn.execute(_SELECT_RUN + " ORDER BY r.id").fetchall()
+            if (
+                selected.after is not None
+                and not conn.execute(
+                    "SELECT 1 FROM runs WHERE run_id = ?", (selected.after,)
+                ).fetchone()
+            ):
+                raise RunNotFoundError(f"list_runs(after={selected.after!r}): no such run")
+            rows = conn.execute(query, params).fetchall()
             now = time.time()
             return [self._decode_run(row, now) for row in rows]
 
@@ -618,10 +725,8 @@ class SQLiteStore:
                             f"{self.path} is an SQLite database but not a tether store "
                             f"(it has {tables} tables and no tether schema version)"
                         )
-                    _execute_script(conn, _SCHEMA + _MIGRATE_2)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                elif version == 1:
-                    _execute_script(conn, _MIGRATE_2)
+                if version in _MIGRATIONS:
+                    _execute_script(conn, _MIGRATIONS[version])
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version > SCHEMA_VERSION:
                     raise StoreError(

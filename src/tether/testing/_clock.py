@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final, TypeVar, final
 
 import outcome
@@ -116,8 +116,35 @@ class ClockHoldingStore:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._held(self.inner.get_run, run_id)
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        return await self._held(self.inner.list_runs)
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
+        return await self._held(self.inner.list_runs, **filters)
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        claim_next = self.inner.claim_next
+        result: RunRecord | None = await self._held(
+            claim_next,
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            gone=gone,
+        )
+        return result
+
+    async def watch(self, changed: Callable[[], None]) -> None:
+        """The wrapped store's ``watch``, if it has one; never holds the clock (it never ends)."""
+        watch = getattr(self.inner, "watch", None)
+        if watch is None:
+            await trio.sleep_forever()
+        await watch(changed)
 
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
         return await self._held(self.inner.append, run_id, entries)

@@ -38,6 +38,7 @@ from ._conformance_base import (
     _Skip,
 )
 from ._conformance_leases import LEASE_CHECKS
+from ._conformance_queue import QUEUE_CHECKS
 
 __all__ = (
     "CHECKS",
@@ -374,6 +375,7 @@ CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
     "strict_reads": check_strict_reads,
     "reopen": check_reopen,
     **LEASE_CHECKS,
+    **QUEUE_CHECKS,
 }
 
 
@@ -408,6 +410,9 @@ async def check_store(
 
     The lease checks (``claim_*``, ``fencing``, ``renewal``, ``cancel``) wait
     for short leases (0.3 s) to expire, on Trio's clock and the wall clock.
+    The queue checks (``claim_next_*``) are skipped for a store without
+    ``claim_next`` (it serves no workers), ``watch`` for one without
+    ``watch``.
 
     Returns:
         Which checks passed and which were skipped (a missing hook).

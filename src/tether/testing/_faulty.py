@@ -37,14 +37,14 @@ from __future__ import annotations
 import contextvars
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
 
 from .._errors import StoreError, UsageError
-from ..stores._protocol import STORE_METHODS, Entry, Renewal, RunRecord, Store
+from ..stores._protocol import STORE_METHODS, WORKER_METHODS, Entry, Renewal, RunRecord, Store
 
 __all__ = (
     "Call",
@@ -58,7 +58,7 @@ __all__ = (
     "SimulatedCrash",
 )
 
-_METHODS: Final = STORE_METHODS
+_METHODS: Final = (*STORE_METHODS, *WORKER_METHODS)
 
 #: The private method a store implements to simulate a torn write of a call.
 _TORN: Final = {"append": "_simulate_torn_append", "update_run": "_simulate_torn_update"}
@@ -595,9 +595,35 @@ class FaultyStore:
         result: RunRecord | None = await self._call("get_run", run_id)
         return result
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        result: Sequence[RunRecord] = await self._call("list_runs")
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
+        result: Sequence[RunRecord] = await self._call("list_runs", **filters)
         return result
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        result: RunRecord | None = await self._call(
+            "claim_next",
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            gone=gone,
+        )
+        return result
+
+    async def watch(self, changed: Callable[[], None]) -> None:
+        """The wrapped store's ``watch`` (no faults: notifications are hints), if it has one."""
+        watch = getattr(self.inner, "watch", None)
+        if watch is None:
+            await trio.sleep_forever()
+        await watch(changed)
 
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
         result: Sequence[Entry] = await self._call("append", run_id, entries)

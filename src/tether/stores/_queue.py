@@ -1,0 +1,202 @@
+"""Queue and listing rules, shared by every store.
+
+As with :mod:`._leases`, a store reads inside one atomic step, calls one of
+these pure functions, and writes what it returns in that same step:
+
+- :func:`check_run_filter` validates ``list_runs``'s filters into a
+  :class:`RunFilter`, whose :meth:`~RunFilter.page` serves stores that scan
+  their records in creation order (stores with indexes query instead, with
+  the same meaning);
+- :func:`dispatchable` says which runs a worker's ``claim_next`` may take;
+- :func:`decide_dispatch` what taking one writes: the claim, or, for a run
+  with a recorded cancel or one that keeps killing its workers, its final
+  ``cancelled`` or ``dead_letter`` record.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable
+from datetime import datetime
+from typing import Final
+
+import attrs
+
+from .._errors import RunNotFoundError, UsageError
+from ._leases import cancelled_record
+from ._protocol import ErrorInfo, RunRecord, RunStatus, utcnow
+
+__all__ = (
+    "DEAD_LETTER_ERROR",
+    "Dispatch",
+    "RunFilter",
+    "check_max_dispatches",
+    "check_run_filter",
+    "decide_dispatch",
+    "dispatchable",
+)
+
+#: ``ErrorInfo.type`` of a run set aside as ``dead_letter``.
+DEAD_LETTER_ERROR: Final = "tether.DeadLetter"
+
+#: The largest page ``list_runs`` returns in one call (and the default).
+_MAX_LIMIT: Final = 10**6
+
+
+@attrs.frozen
+class RunFilter:
+    """Validated ``list_runs`` arguments (see :meth:`tether.stores.Store.list_runs`)."""
+
+    status: frozenset[RunStatus] | None = None
+    workflow: str | None = None
+    after: str | None = None
+    limit: int | None = None
+
+    def matches(self, record: RunRecord) -> bool:
+        """Whether *record* passes the status and workflow filters."""
+        return (self.status is None or record.status in self.status) and (
+            self.workflow is None or record.workflow == self.workflow
+        )
+
+    def page(self, records: Iterable[RunRecord]) -> list[RunRecord]:
+        """The page of *records* (all runs, in creation order) these filters select.
+
+        Raises:
+            RunNotFoundError: :attr:`after` is not among *records*.
+        """
+        it = iter(records)
+        if self.after is not None:
+            for record in it:
+                if record.run_id == self.after:
+                    break
+            else:
+                raise RunNotFoundError(f"list_runs(after={self.after!r}): no such run to page from")
+        limit = _MAX_LIMIT if self.limit is None else self.limit
+        page: list[RunRecord] = []
+        if limit == 0:
+            return page
+        for record in it:
+            if self.matches(record):
+                page.append(record)
+                if len(page) >= limit:
+                    break
+        return page
+
+
+def check_run_filter(
+    status: RunStatus | str | Collection[RunStatus | str] | None = None,
+    workflow: str | None = None,
+    after: str | None = None,
+    limit: int | None = None,
+) -> RunFilter:
+    """``list_runs``'s arguments, validated (one status or several).
+
+    Raises:
+        UsageError: an unknown status, a non-string workflow or run id, or
+            a limit that is not a non-negative integer.
+    """
+    statuses: frozenset[RunStatus] | None = None
+    if status is not None:
+        values = [status] if isinstance(status, str | enum.Enum) else list(status)
+        try:
+            statuses = frozenset(RunStatus(v) for v in values)
+        except ValueError:
+            known = ", ".join(s.value for s in RunStatus)
+            raise UsageError(f"status must be among {known}, not {status!r}") from None
+    if workflow is not None and (not isinstance(workflow, str) or not workflow):
+        raise UsageError(f"workflow must be a workflow name, not {workflow!r}")
+    if after is not None and (not isinstance(after, str) or not after):
+        raise UsageError(f"after must be a run id, not {after!r}")
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= _MAX_LIMIT
+    ):
+        raise UsageError(f"limit must be an integer from 0 to {_MAX_LIMIT}, not {limit!r}")
+    return RunFilter(status=statuses, workflow=workflow, after=after, limit=limit)
+
+
+def dispatchable(record: RunRecord, *, workflows: Collection[str], gone: Collection[str]) -> bool:
+    """Whether a worker's ``claim_next`` may take *record* (read in the atomic step).
+
+    A run of one of *workflows* that is ``queued``, or ``running`` without a
+    live lease: released, its owner's lease expired (``lease_expires_at``
+    unset), or its owner among *gone* (known dead). Never a paused, failed,
+    completed, cancelled or dead-letter run: those need ``resume``.
+    """
+    if record.workflow not in workflows:
+        return False
+    if record.status is RunStatus.QUEUED:
+        return True
+    return record.status is RunStatus.RUNNING and (
+        record.owner is None or record.lease_expires_at is None or record.owner in gone
+    )
+
+
+@attrs.frozen
+class Dispatch:
+    """What ``claim_next`` stores for one candidate; :attr:`claimed`: the lease was taken."""
+
+    store: RunRecord
+    claimed: bool
+
+
+def decide_dispatch(
+    current: RunRecord,
+    *,
+    owner: str,
+    max_dispatches: int,
+    now: datetime | None = None,
+) -> Dispatch:
+    """Decide what a worker's claim of the :func:`dispatchable` run *current* writes.
+
+    - a recorded cancel: the run is stored ``cancelled`` (not claimed);
+    - dispatched *max_dispatches* times already (each time its worker
+      vanished before an outcome): stored ``dead_letter``, released, with an
+      error saying so (not claimed);
+    - otherwise claimed: the token and ``dispatches`` grow by one, the owner
+      is *owner*, the status ``running``.
+    """
+    now = now or utcnow()
+    if current.cancel_requested:
+        return Dispatch(cancelled_record(current, now), claimed=False)
+    if current.dispatches >= max_dispatches:
+        error = ErrorInfo(
+            type=DEAD_LETTER_ERROR,
+            message=(
+                f"run {current.run_id!r} was claimed by workers {current.dispatches} times "
+                "and never reached an outcome (its worker died each time); it was set "
+                "aside. Fix the cause, then resume it by hand (engine.resume or "
+                "`tether resume`)."
+            ),
+        )
+        dead = attrs.evolve(
+            current,
+            status=RunStatus.DEAD_LETTER,
+            owner=None,
+            error=error,
+            updated_at=now,
+            lease_expires_at=None,
+        )
+        return Dispatch(dead, claimed=False)
+    claimed = attrs.evolve(
+        current,
+        owner=owner,
+        token=current.token + 1,
+        dispatches=current.dispatches + 1,
+        status=RunStatus.RUNNING,
+        error=None,
+        requests=(),
+        updated_at=now,
+        lease_expires_at=None,
+    )
+    return Dispatch(claimed, claimed=True)
+
+
+def check_max_dispatches(value: object) -> int:
+    """``max_dispatches``, validated: a positive integer.
+
+    Raises:
+        UsageError: anything else.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UsageError(f"max_dispatches must be a positive integer, not {value!r}")
+    return value

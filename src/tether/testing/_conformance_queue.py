@@ -1,0 +1,223 @@
+"""Conformance checks for listing at scale and for the queue workers claim from.
+
+``list_filters`` holds every store to ``list_runs``'s filters and keyset
+pagination. The ``claim_next_*`` checks hold a store that serves workers
+(one with ``claim_next``) to the dispatch rules: what is dispatchable, in
+which order, that two claims never take one run, and that a cancelled run or
+one that keeps killing its workers is set aside rather than claimed. A store
+without ``claim_next`` skips them (it serves no workers). ``watch`` checks a
+store that announces changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from .._errors import LeaseLostError, RunNotFoundError, UsageError
+from ..stores._protocol import RunRecord, RunStatus, Store
+from ..stores._queue import DEAD_LETTER_ERROR
+from ._conformance_base import _Ctx, _Opened, _Skip
+from ._conformance_leases import _LONG, _SHORT, A, B, _expire, _refused
+
+__all__ = ("QUEUE_CHECKS",)
+
+_WORKFLOWS = ("checkout",)
+
+
+async def _queued(store: Store, ctx: _Ctx, run_id: str, **kw: object) -> RunRecord:
+    record = ctx.run(run_id, status=RunStatus.QUEUED, **kw)
+    await store.create_run(record)
+    return record
+
+
+def _serves_workers(store: Store) -> None:
+    if not callable(getattr(store, "claim_next", None)):
+        raise _Skip("the store has no claim_next (it serves no workers)")
+
+
+async def check_list_filters(ctx: _Ctx) -> None:
+    """list_runs filters by status and workflow and pages by run id, in creation order."""
+    async with _Opened(await ctx.make()) as store:
+        for i in range(6):
+            status = RunStatus.QUEUED if i % 2 else RunStatus.COMPLETED
+            workflow = "checkout" if i < 4 else "refund"
+            await store.create_run(ctx.run(f"r{i}", status=status, workflow=workflow))
+        ids = [r.run_id for r in await store.list_runs()]
+        assert ids == [f"r{i}" for i in range(6)], f"list_runs() order: {ids}"
+        cases: list[tuple[dict[str, object], list[str]]] = [
+            ({"status": [RunStatus.QUEUED]}, ["r1", "r3", "r5"]),
+            ({"status": [RunStatus.QUEUED, RunStatus.COMPLETED]}, ids),
+            ({"workflow": "refund"}, ["r4", "r5"]),
+            ({"workflow": "checkout", "status": [RunStatus.COMPLETED]}, ["r0", "r2"]),
+            ({"limit": 2}, ["r0", "r1"]),
+            ({"after": "r1", "limit": 2}, ["r2", "r3"]),
+            ({"after": "r1", "status": [RunStatus.QUEUED]}, ["r3", "r5"]),
+            ({"after": "r5"}, []),
+            ({"limit": 0}, []),
+            ({"workflow": "nothing"}, []),
+        ]
+        for kwargs, expected in cases:
+            got = [r.run_id for r in await store.list_runs(**kwargs)]  # type: ignore[arg-type]
+            assert got == expected, f"list_runs({kwargs}) returned {got}, expected {expected}"
+        await _refused(
+            "list_runs(after=) of an unknown run",
+            RunNotFoundError,
+            lambda: store.list_runs(after="nope"),
+        )
+        await _refused("list_runs(limit=-1)", UsageError, lambda: store.list_runs(limit=-1))
+
+
+async def check_claim_next_queued(ctx: _Ctx) -> None:
+    """claim_next takes the oldest queued run of the given workflows, once, as one write."""
+    async with _Opened(await ctx.make()) as store:
+        _serves_workers(store)
+        none = await store.claim_next(A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
+        assert none is None, f"claim_next on an empty store returned {none!r}"
+        await _queued(store, ctx, "q1")
+        await _queued(store, ctx, "q2")
+        await _queued(store, ctx, "other", workflow="refund")
+        await store.create_run(ctx.run("paused", status=RunStatus.PAUSED))
+        await store.create_run(ctx.run("failed", status=RunStatus.FAILED))
+        await store.create_run(ctx.run("done", status=RunStatus.COMPLETED))
+        got = await store.claim_next(A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
+        assert got is not None and got.run_id == "q1", f"first claim_next returned {got!r}"
+        assert (got.owner, got.token, got.dispatches, got.status) == (
+            A,
+            1,
+            1,
+            RunStatus.RUNNING,
+        ), f"a claimed run: {got!r}"
+        assert got.lease_expires_at is not None, "claim_next returned no lease expiry"
+        stored = await store.get_run("q1")
+        assert stored is not None and stored.owner == A and stored.lease_expires_at is not None
+        assert stored.status is RunStatus.RUNNING and stored.dispatches == 1, f"stored {stored!r}"
+        second = await store.claim_next(B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
+        assert second is not None and second.run_id == "q2", f"second claim_next: {second!r}"
+        third = await store.claim_next(B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
+        assert third is None, (
+            f"claim_next took {third!r}: only queued runs and running runs without a live "
+            "lease are dispatchable (never paused, failed, completed ones, nor held ones)"
+        )
+        refund = await store.claim_next(B, ttl=_LONG, workflows=["refund"], max_dispatches=3)
+        assert refund is not None and refund.run_id == "other", f"by workflow: {refund!r}"
+
+
+async def check_claim_next_exclusive(ctx: _Ctx) -> None:
+    """Concurrent claim_next calls never take the same run."""
+    async with _Opened(await ctx.make()) as store:
+        _serves_workers(store)
+        for i in range(8):
+            await _queued(store, ctx, f"q{i}")
+        got: list[str | None] = []
+
+        async def claimer(owner: str) -> None:
+            record = await store.claim_next(
+                owner, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3
+            )
+            got.append(None if record is None else record.run_id)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(12):
+                nursery.start_soon(claimer, f"host-{i}:{i}:w")
+        claimed = [r for r in got if r is not None]
+        assert sorted(claimed) == [f"q{i}" for i in range(8)], (
+            f"12 concurrent claim_next calls on 8 queued runs took {sorted(claimed)}"
+        )
+
+
+async def check_claim_next_takeover(ctx: _Ctx) -> None:
+    """A running run whose owner's lease expired, or whose owner is gone, is claimed
+    with a new token; the old owner's writes are then refused."""
+    async with _Opened(await ctx.make()) as store:
+        _serves_workers(store)
+        await _queued(store, ctx, "q")
+        first = await store.claim_next(A, ttl=_SHORT, workflows=_WORKFLOWS, max_dispatches=5)
+        assert first is not None and first.token == 1, f"claim_next returned {first!r}"
+        held = await store.claim_next(B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=5)
+        assert held is None, f"claim_next took a run with a live lease: {held!r}"
+        gone = await store.claim_next(
+            B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=5, gone=[A]
+        )
+        assert gone is not None and (gone.owner, gone.token, gone.dispatches) == (B, 2, 2), (
+            f"claim_next(gone=[A]) of A's run returned {gone!r}"
+        )
+        await _refused(
+            "an append by the taken-over owner",
+            LeaseLostError,
+            lambda: store.append("q", [ctx.entry("q", "late#0", token=1)]),
+        )
+        await store.renew(B, ttl=0, held={})  # B's lease ends now: dispatchable again
+        again = await store.claim_next(A, ttl=_SHORT, workflows=_WORKFLOWS, max_dispatches=5)
+        assert again is not None and again.token == 3, f"after B's lease ended: {again!r}"
+        await _expire(_SHORT * 1.5)
+        expired = await store.claim_next(B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=5)
+        assert expired is not None and expired.token == 4, f"after A's lease expired: {expired!r}"
+
+
+async def check_claim_next_dead_letter(ctx: _Ctx) -> None:
+    """A run dispatched max_dispatches times is set aside as dead_letter, not claimed;
+    a run with a recorded cancel is stored cancelled, not claimed."""
+    async with _Opened(await ctx.make()) as store:
+        _serves_workers(store)
+        await _queued(store, ctx, "poison")
+        for n in (1, 2):
+            got = await store.claim_next(A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=2)
+            assert got is not None and got.dispatches == n, f"dispatch {n}: {got!r}"
+            await store.renew(A, ttl=0, held={})  # the worker "died"
+        await _queued(store, ctx, "fine")
+        got = await store.claim_next(A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=2)
+        assert got is not None and got.run_id == "fine", (
+            f"claim_next after 2 dispatches of 'poison' (max 2) returned {got!r}"
+        )
+        dead = await store.get_run("poison")
+        assert dead is not None and dead.status is RunStatus.DEAD_LETTER, f"stored {dead!r}"
+        assert dead.owner is None and dead.error is not None, f"stored {dead!r}"
+        assert dead.error.type == DEAD_LETTER_ERROR, f"dead-letter error: {dead.error!r}"
+        await store.cancel_run("fine")  # A holds it: the cancel is recorded
+        await store.renew(A, ttl=0, held={})
+        none = await store.claim_next(B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=2)
+        assert none is None, f"claim_next took a run with a recorded cancel: {none!r}"
+        fine = await store.get_run("fine")
+        assert fine is not None and fine.status is RunStatus.CANCELLED, f"stored {fine!r}"
+        resumed = await store.claim("poison", B, ttl=_LONG)
+        assert resumed.status is RunStatus.RUNNING and resumed.dispatches == 0, (
+            f"a claim by hand of a dead-letter run: {resumed!r}"
+        )
+
+
+async def check_watch(ctx: _Ctx) -> None:
+    """A store with watch() announces a new run and a status change."""
+    async with _Opened(await ctx.make()) as store:
+        watch = getattr(store, "watch", None)
+        if not callable(watch):
+            raise _Skip("the store has no watch() (waiters poll it)")
+        changed = trio.Event()
+        events: list[int] = []
+
+        def note() -> None:
+            events.append(1)
+            changed.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, note)
+            # A listener may still be connecting when the first run is created:
+            # create runs until one is announced.
+            with trio.fail_after(30):
+                while not changed.is_set():
+                    await store.create_run(ctx.run(f"w{len(events)}-{trio.current_time()}"))
+                    with trio.move_on_after(1):
+                        await changed.wait()
+            nursery.cancel_scope.cancel()
+        assert events, "watch() never called back after a run was created"
+
+
+QUEUE_CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
+    "list_filters": check_list_filters,
+    "claim_next_queued": check_claim_next_queued,
+    "claim_next_exclusive": check_claim_next_exclusive,
+    "claim_next_takeover": check_claim_next_takeover,
+    "claim_next_dead_letter": check_claim_next_dead_letter,
+    "watch": check_watch,
+}
