@@ -7,6 +7,7 @@ an engine that lets framework cancellation reach a save loses the record.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -52,8 +53,8 @@ class _Wrapping:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self.inner.get_run(run_id)
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        return await self.inner.list_runs()
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
+        return await self.inner.list_runs(**filters)
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:
         return await self.inner.load_entries(run_id)

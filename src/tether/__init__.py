@@ -20,6 +20,7 @@ from ._errors import NonDeterminismError as NonDeterminismError
 from ._errors import NotInRunError as NotInRunError
 from ._errors import RunCancelledError as RunCancelledError
 from ._errors import RunConflictError as RunConflictError
+from ._errors import RunFailedError as RunFailedError
 from ._errors import RunNotFoundError as RunNotFoundError
 from ._errors import SaveTimeoutError as SaveTimeoutError
 from ._errors import StoreError as StoreError
@@ -48,6 +49,8 @@ from ._stream import Stream as Stream
 from ._stream import cleanup_scope as cleanup_scope
 from ._stream import open_stream as open_stream
 from ._version import __version__ as __version__
+from ._worker import Worker as Worker
+from ._worker import open_worker as open_worker
 from ._workflow import Step as Step
 from ._workflow import StreamStep as StreamStep
 from ._workflow import Workflow as Workflow
@@ -81,6 +84,7 @@ __all__ = (
     "RunCancelledError",
     "RunConflictError",
     "RunEvent",
+    "RunFailedError",
     "RunFinished",
     "RunInfo",
     "RunNotFoundError",
@@ -101,6 +105,7 @@ __all__ = (
     "UnknownRequestError",
     "UnsupportedTrioError",
     "UsageError",
+    "Worker",
     "Workflow",
     "WorkflowNotFoundError",
     "__version__",
@@ -109,6 +114,7 @@ __all__ = (
     "describe_event",
     "open_engine",
     "open_stream",
+    "open_worker",
     "parallel",
     "show_progress",
     "step",

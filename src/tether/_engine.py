@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar, final
 import attrs
 import trio
 
+from ._changes import Changes
 from ._codec import codec, loads
 from ._context import RunState, StoreErrors
 from ._errors import (
@@ -26,6 +27,7 @@ from ._errors import (
     InvalidResponseError,
     RunCancelledError,
     RunConflictError,
+    RunFailedError,
     RunNotFoundError,
     UnknownRequestError,
     UsageError,
@@ -36,8 +38,8 @@ from ._execution import Execution
 from ._hooks import Hooks
 from ._nurseries import exit_nursery
 from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_is_gone
-from ._requests import Request, request_from_json
-from ._workflow import Workflow, lookup_workflow
+from ._requests import Paused, Request, request_from_json
+from ._workflow import Workflow, lookup_workflow, registered_names
 from .stores._protocol import (
     STORE_METHODS,
     Entry,
@@ -47,6 +49,7 @@ from .stores._protocol import (
     Store,
     utcnow,
 )
+from .stores._queue import check_run_filter
 
 __all__ = ("Engine", "RunInfo", "open_engine")
 
@@ -82,6 +85,11 @@ class RunInfo:
     cancel_requested: bool = False
 
 
+#: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
+_FIRST_POLL = 0.01
+_MAX_POLL = 1.0
+
+
 def _validate_timeout(value: float | None, name: str) -> None:
     if value is not None and (not isinstance(value, int | float) or math.isnan(value) or value < 0):
         raise UsageError(f"{name} must be a non-negative number of seconds or None, not {value!r}")
@@ -106,6 +114,7 @@ class Engine:
         self._leases = Leases(store, self._owner, float(lease_ttl), self._save_timeout)
         self._active: set[str] = set()
         self._workflows: dict[str, Workflow[..., Any]] = {}
+        self._changes = Changes()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -120,6 +129,11 @@ class Engine:
     def owner(self) -> str:
         """This engine's owner name, ``host:pid:engine-id``, as leases show it."""
         return self._owner
+
+    @property
+    def save_timeout(self) -> float:
+        """Seconds each shielded save (and each lease release on close) may take."""
+        return self._save_timeout
 
     @property
     def lease_ttl(self) -> float:
@@ -293,6 +307,108 @@ class Engine:
                 wf, record, self._decode_args(wf, record), provided=provided
             )
 
+    async def submit(self, wf: Workflow[P, R], *args: Any, run_id: str | None = None) -> str:
+        """Store a run of ``wf(*args)`` as ``queued`` for a worker, and return its id at once.
+
+        Nothing executes here: a worker (:func:`tether.open_worker`, in any
+        process sharing the store) claims and executes it; ``engine.run`` or
+        ``engine.resume`` of the id executes it in the caller instead.
+        Submitting an id that exists with the same workflow and arguments
+        returns it and changes nothing, whatever the run's status (an
+        idempotent start), so a retried submit never starts a second run.
+
+        A checkpoint. A cancelled submit may or may not have stored the run;
+        submitting again is safe.
+
+        Raises:
+            UsageError: *wf* is not a workflow, or the arguments do not fit it.
+            RunConflictError: the id exists with another workflow or other arguments.
+            CodecError: an argument cannot be encoded.
+            StoreError: the store failed.
+        """
+        if not isinstance(wf, Workflow):
+            raise UsageError(f"engine.submit() takes a @tether.workflow, not {wf!r}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
+        self._check_open()
+        args_text, _ = self._encode_args(wf, args)
+        self._workflows[wf.name] = wf
+        run_id = run_id or uuid.uuid4().hex
+        now = utcnow()
+        record = RunRecord(
+            run_id=run_id,
+            workflow=wf.name,
+            args=args_text,
+            status=RunStatus.QUEUED,
+            created_at=now,
+            updated_at=now,
+        )
+        with StoreErrors(f"submitting run {run_id!r}"):
+            try:
+                await self._store.create_run(record)
+            except RunConflictError:
+                existing = await self._store.get_run(run_id)
+                if existing is None:
+                    raise
+                if (existing.workflow, existing.args) != (wf.name, args_text):
+                    raise RunConflictError(
+                        f"run {run_id!r} exists with workflow {existing.workflow!r} and "
+                        f"arguments {existing.args:.200}, not {wf.name!r} with "
+                        f"{args_text:.200}; choose a new run_id"
+                    ) from None
+                return run_id
+        self._changes.notify()
+        return run_id
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> Any:
+        """Wait, from any process, until the run finishes or pauses; return its result.
+
+        Never claims or executes anything. The result is decoded by the
+        workflow's return annotation when the workflow is defined in this
+        process (else it comes as stored JSON values). A queued or running
+        run is read again on every change this engine learns of (at once
+        where the store announces changes) and at least every second.
+
+        A checkpoint; ``timeout=`` behaves like ``trio.fail_after``.
+
+        Raises:
+            RunNotFoundError: no run with this id.
+            RunFailedError: the run failed, or was set aside as ``dead_letter``
+                (its ``.error`` is the stored error).
+            RunCancelledError: the run was cancelled.
+            Paused: the run paused, waiting for responses (``.requests``).
+            trio.TooSlowError: ``timeout`` expired.
+            StoreError, CheckpointCorruptError: the store failed, or the
+                record cannot be read.
+        """
+        _validate_timeout(timeout, "timeout")
+        self._check_open()
+        poll = _FIRST_POLL
+        with trio.fail_after(timeout) if timeout is not None else nullcontext():
+            while True:
+                seen = self._changes.generation
+                with StoreErrors(f"reading run {run_id!r}"):
+                    record = await self._store.get_run(run_id)
+                if record is None:
+                    raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
+                if record.status is RunStatus.COMPLETED:
+                    return self._decode_result(record, self._defined(record))
+                if record.status in (RunStatus.FAILED, RunStatus.DEAD_LETTER):
+                    error = record.error or ErrorInfo(type="unknown", message="(no error stored)")
+                    where = f" in step {error.key}" if error.key else ""
+                    raise RunFailedError(
+                        f"run {run_id!r} {record.status.value.replace('_', '-')}{where}: "
+                        f"{error.type}: {error.message}",
+                        run_id=run_id,
+                        error=error,
+                    )
+                if record.status is RunStatus.CANCELLED:
+                    _check_not_cancelled(record)
+                if record.status is RunStatus.PAUSED:
+                    raise Paused(run_id, self._requests(record))
+                await self._changes.wait(seen, poll)
+                poll = min(poll * 2, _MAX_POLL)
+
     async def cancel(self, run_id: str) -> None:
         """Cancel the run *run_id*, wherever it executes; ``cancelled`` is final.
 
@@ -344,11 +460,47 @@ class Engine:
             entries = await self._store.load_entries(run_id)
         return self._info(record, tuple(entries))
 
-    async def list_runs(self) -> list[RunInfo]:
-        """Every stored run, oldest first, without journals (use :meth:`get_run`)."""
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | str | Iterable[RunStatus | str] | None = None,
+        workflow: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunInfo]:
+        """Stored runs, oldest first, without journals (use :meth:`get_run`).
+
+        Args:
+            status: only runs with this status, or one of these.
+            workflow: only runs of this workflow (its registered name).
+            after: a run id: the runs after it (pass the last id of a page
+                to get the next page).
+            limit: at most this many.
+
+        A checkpoint.
+
+        Raises:
+            UsageError: invalid filters.
+            RunNotFoundError: *after* names no stored run.
+            CheckpointCorruptError: a listed record cannot be read.
+        """
         self._check_open()
+        if status is not None and not isinstance(status, str):
+            status = list(status)
+        selected = check_run_filter(status, workflow, after, limit)
+        filters: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("status", selected.status),
+                ("workflow", workflow),
+                ("after", after),
+                ("limit", limit),
+            )
+            if v is not None
+        }
         with StoreErrors("listing runs"):
-            records = await self._store.list_runs()
+            # Without filters, as stores written before filters existed take it.
+            records = await self._store.list_runs(**filters)
         return [self._info(r, ()) for r in records]
 
     # -- internals ---------------------------------------------------------------
@@ -454,6 +606,13 @@ class Engine:
             ) from exc
         return tuple(args)
 
+    def _defined(self, record: RunRecord) -> Workflow[..., Any] | None:
+        """The run's workflow if it is defined in this process, else ``None``."""
+        try:
+            return self._find_workflow(record)
+        except WorkflowNotFoundError:
+            return None
+
     def _find_workflow(self, record: RunRecord) -> Workflow[..., Any]:
         wf = self._workflows.get(record.workflow)
         if wf is None:
@@ -475,10 +634,8 @@ class Engine:
             ) from exc
 
     def _info(self, record: RunRecord, entries: tuple[Entry, ...]) -> RunInfo:
-        try:
-            wf: Workflow[..., Any] | None = self._find_workflow(record)
-        except WorkflowNotFoundError:
-            wf = None  # not defined here: the result is shown as stored (JSON values)
+        # Not defined here: the result is shown as stored (JSON values).
+        wf = self._defined(record)
         executing = (
             record.owner is not None
             and record.lease_expires_at is not None
@@ -533,6 +690,33 @@ class Engine:
                 original=current or record,
                 created=created,
             )
+
+    async def execute_claimed(self, record: RunRecord) -> Any:
+        """Execute a run a worker claimed (``record``, with this engine's lease); its outcome.
+
+        For :mod:`._worker`. The workflow must be defined here (workers claim
+        only those). A checkpoint; cancellation is a caller cancellation.
+        Raises what :meth:`run` raises, and ``Paused``.
+        """
+        wf = self._find_workflow(record)
+        with self._active_here(record.run_id):
+            return await self._execute(
+                wf, record, self._decode_args(wf, record), provided={}, original=record
+            )
+
+    def workflow_names(self) -> frozenset[str]:
+        """The workflows this engine can execute: those defined in this process."""
+        return registered_names() | self._workflows.keys()
+
+    @property
+    def changes(self) -> Changes:
+        """What wakes this engine's waiters and workers (see :mod:`._changes`)."""
+        return self._changes
+
+    @property
+    def leases(self) -> Leases:
+        """This engine's leases (for :mod:`._worker`)."""
+        return self._leases
 
     async def _execute(
         self,
@@ -638,6 +822,9 @@ async def open_engine(
         try:
             # Named without the owner's random id: seeded schedule traces name tasks.
             nursery.start_soon(engine._leases.run, name="tether leases")
+            watch = getattr(store, "watch", None)
+            if callable(watch):
+                nursery.start_soon(engine._changes.follow, watch, name="tether changes")
             try:
                 yield engine
             finally:

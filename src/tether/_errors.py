@@ -7,6 +7,10 @@ the step key and, for files, the path, and say what to do next.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a store record, described here only: stores import this module
+    from .stores._protocol import ErrorInfo
 
 __all__ = (
     "CheckpointCorruptError",
@@ -18,6 +22,7 @@ __all__ = (
     "NotInRunError",
     "RunCancelledError",
     "RunConflictError",
+    "RunFailedError",
     "RunNotFoundError",
     "SaveTimeoutError",
     "StoreError",
@@ -139,6 +144,28 @@ class RunCancelledError(TetherError):
     cancelled (its completed steps keep their records). ``cancelled`` is
     final: retrying raises the same error; start a new run instead.
     """
+
+
+class RunFailedError(TetherError):
+    """``engine.wait``: the run ended ``failed`` (or was set aside as ``dead_letter``).
+
+    :attr:`error` is the run's stored :class:`~tether.stores.ErrorInfo`; its
+    ``type`` is the qualified class name of what the workflow raised (the
+    exception itself stays in the process that executed the run). The run is
+    resumable: ``engine.resume(run_id)`` continues it from its journal.
+    """
+
+    def __init__(self, message: str, *, run_id: str, error: ErrorInfo) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.error = error
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_run_failed, (str(self), self.run_id, self.error))
+
+
+def _run_failed(message: str, run_id: str, error: ErrorInfo) -> RunFailedError:
+    return RunFailedError(message, run_id=run_id, error=error)
 
 
 class UnknownRequestError(TetherError, LookupError):

@@ -28,14 +28,15 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import cast
 
 import attrs
 import trio
 
 from ._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
-from .stores._protocol import RunRecord, Store, utcnow
+from .stores._protocol import RunRecord, Store, WorkerStore, utcnow
 
 __all__ = ("Leases", "new_owner", "owner_is_gone")
 
@@ -210,8 +211,34 @@ class Leases:
         """Stop renewing *run_id* (its execution ended)."""
         self.held.pop(run_id, None)
 
+    async def claim_next(
+        self, workflows: Collection[str], *, max_dispatches: int, gone: Collection[str]
+    ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run (``Store.claim_next``), or ``None``.
+
+        A checkpoint; cancellation behaves as the store's ``claim_next``
+        (callers shield it: a claim cut short could land unseen).
+        """
+        sent = trio.current_time()
+        store = cast(WorkerStore, self.store)  # open_worker checked it has claim_next
+        record: RunRecord | None = await store.claim_next(
+            self.owner, ttl=self.ttl, workflows=workflows, max_dispatches=max_dispatches, gone=gone
+        )
+        if record is not None:
+            self._confirmed = max(self._confirmed, sent)
+            self._releases.pop(record.run_id, None)
+        return record
+
     def release_later(self, record: RunRecord) -> None:
-        """Have the renewal task write *record* (the run, released) soon, not the caller."""
+        """Have the renewal task write *record* (the run, released) soon, not the caller.
+
+        A release gives back the worker dispatch it counted: only claims
+        whose owner vanished without an outcome count toward
+        ``max_dispatches``, so a worker that drains does not push its runs
+        toward ``dead_letter``.
+        """
+        if record.dispatches:
+            record = attrs.evolve(record, dispatches=record.dispatches - 1)
         self._releases[record.run_id] = record
         self._wake.set()
 
@@ -258,6 +285,10 @@ class Leases:
         expire after ``lease_ttl`` (on this machine they are taken over at
         once, the engine being closed).
         """
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write the pending releases now, in the caller; the engine stays open."""
         with trio.move_on_after(self.save_timeout):
             await self._release_pending()
 

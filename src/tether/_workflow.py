@@ -260,3 +260,8 @@ def lookup_workflow(name: str) -> Workflow[..., Any]:
             f"no workflow named {name!r} is registered in this process; import the module "
             "that defines it (with @tether.workflow) before resuming"
         ) from None
+
+
+def registered_names() -> frozenset[str]:
+    """The names of every workflow defined in this process."""
+    return frozenset(_registry)

@@ -23,6 +23,7 @@ from ._protocol import RunRecord as RunRecord
 from ._protocol import RunStatus as RunStatus
 from ._protocol import Store as Store
 from ._protocol import WatchableStore as WatchableStore
+from ._protocol import WorkerStore as WorkerStore
 from ._protocol import dumps_record as dumps_record
 from ._protocol import entry_checksum as entry_checksum
 from ._protocol import first_gap as first_gap
@@ -62,6 +63,7 @@ __all__ = (
     "SQLiteStore",
     "Store",
     "WatchableStore",
+    "WorkerStore",
     "check_append",
     "check_max_dispatches",
     "check_owner",

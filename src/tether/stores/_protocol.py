@@ -31,6 +31,7 @@ __all__ = (
     "Store",
     "WORKER_METHODS",
     "WatchableStore",
+    "WorkerStore",
     "dumps_record",
     "entry_checksum",
     "first_gap",
@@ -713,37 +714,6 @@ class Store(Protocol):
             RunNotFoundError: *after* names no stored run.
         """
 
-    async def claim_next(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        workflows: Collection[str],
-        max_dispatches: int,
-        gone: Collection[str] = (),
-    ) -> RunRecord | None:
-        """A worker's claim: take the lease of the oldest dispatchable run, in one atomic step.
-
-        Optional: a store without it serves no workers (``open_worker``
-        refuses it). Dispatchable (:func:`dispatchable
-        <tether.stores.dispatchable>`): a run of one of *workflows* that is
-        ``queued``, or ``running`` without a live lease (no owner, its
-        owner's lease expired, or its owner is one of *gone*, owners the
-        caller knows to be dead). Candidates are taken oldest first and
-        decided by :func:`decide_dispatch <tether.stores.decide_dispatch>`:
-        one with a recorded cancel is stored ``cancelled`` and one already
-        dispatched *max_dispatches* times is stored ``dead_letter``, and the
-        next candidate is tried; otherwise the claim is written (token and
-        ``dispatches`` grow by one, status ``running``, owner *owner*) and
-        *owner*'s lease expiry set to now + *ttl*, as :meth:`claim` does.
-
-        Concurrent calls, from any process, never claim the same run.
-
-        Returns:
-            The claimed record (``lease_expires_at`` set), or ``None`` when
-            no run is dispatchable now.
-        """
-
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
         """Atomically append journal entries to a run; the one journal write.
 
@@ -774,6 +744,45 @@ class Store(Protocol):
 
         Strict: a missing seq below the highest, or an entry that does not
         match its checksum, raises :class:`~tether.CheckpointCorruptError`.
+        """
+
+
+@runtime_checkable
+class WorkerStore(Store, Protocol):
+    """A store that serves workers (``tether.open_worker``): it has :meth:`claim_next`.
+
+    Optional: the engine needs only :class:`Store`; ``open_worker`` refuses a
+    store without ``claim_next``. The built-in stores all have it.
+    """
+
+    async def claim_next(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+    ) -> RunRecord | None:
+        """A worker's claim: take the lease of the oldest dispatchable run, in one atomic step.
+
+        Dispatchable (:func:`dispatchable
+        <tether.stores.dispatchable>`): a run of one of *workflows* that is
+        ``queued``, or ``running`` without a live lease (no owner, its
+        owner's lease expired, or its owner is one of *gone*, owners the
+        caller knows to be dead). Candidates are taken oldest first and
+        decided by :func:`decide_dispatch <tether.stores.decide_dispatch>`:
+        one with a recorded cancel is stored ``cancelled`` and one already
+        dispatched *max_dispatches* times is stored ``dead_letter``, and the
+        next candidate is tried; otherwise the claim is written (token and
+        ``dispatches`` grow by one, status ``running``, owner *owner*) and
+        *owner*'s lease expiry set to now + *ttl*, as :meth:`claim` does.
+
+        Concurrent calls, from any process, never claim the same run.
+
+        Returns:
+            The claimed record (``lease_expires_at`` set), or ``None`` when
+            no run is dispatchable now.
         """
 
 

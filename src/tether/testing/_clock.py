@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, TypeVar, cast, final
 
 import outcome
 import trio
 import trio.testing
 
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Entry, Renewal, RunRecord, Store
+from ..stores._protocol import Entry, Renewal, RunRecord, Store, WorkerStore
 
 __all__ = ("ClockHoldingStore", "hold_clock")
 
@@ -128,7 +128,7 @@ class ClockHoldingStore:
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
-        claim_next = self.inner.claim_next
+        claim_next = cast(WorkerStore, self.inner).claim_next
         result: RunRecord | None = await self._held(
             claim_next,
             owner,

@@ -12,11 +12,12 @@ store that announces changes.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import trio
 
 from .._errors import LeaseLostError, RunNotFoundError, UsageError
-from ..stores._protocol import RunRecord, RunStatus, Store
+from ..stores._protocol import RunRecord, RunStatus, Store, WorkerStore
 from ..stores._queue import DEAD_LETTER_ERROR
 from ._conformance_base import _Ctx, _Opened, _Skip
 from ._conformance_leases import _LONG, _SHORT, A, B, _expire, _refused
@@ -32,9 +33,10 @@ async def _queued(store: Store, ctx: _Ctx, run_id: str, **kw: object) -> RunReco
     return record
 
 
-def _serves_workers(store: Store) -> None:
+def _serves_workers(store: Store) -> WorkerStore:
     if not callable(getattr(store, "claim_next", None)):
         raise _Skip("the store has no claim_next (it serves no workers)")
+    return cast(WorkerStore, store)
 
 
 async def check_list_filters(ctx: _Ctx) -> None:
@@ -71,8 +73,8 @@ async def check_list_filters(ctx: _Ctx) -> None:
 
 async def check_claim_next_queued(ctx: _Ctx) -> None:
     """claim_next takes the oldest queued run of the given workflows, once, as one write."""
-    async with _Opened(await ctx.make()) as store:
-        _serves_workers(store)
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_workers(opened)
         none = await store.claim_next(A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
         assert none is None, f"claim_next on an empty store returned {none!r}"
         await _queued(store, ctx, "q1")
@@ -106,8 +108,8 @@ async def check_claim_next_queued(ctx: _Ctx) -> None:
 
 async def check_claim_next_exclusive(ctx: _Ctx) -> None:
     """Concurrent claim_next calls never take the same run."""
-    async with _Opened(await ctx.make()) as store:
-        _serves_workers(store)
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_workers(opened)
         for i in range(8):
             await _queued(store, ctx, f"q{i}")
         got: list[str | None] = []
@@ -130,8 +132,8 @@ async def check_claim_next_exclusive(ctx: _Ctx) -> None:
 async def check_claim_next_takeover(ctx: _Ctx) -> None:
     """A running run whose owner's lease expired, or whose owner is gone, is claimed
     with a new token; the old owner's writes are then refused."""
-    async with _Opened(await ctx.make()) as store:
-        _serves_workers(store)
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_workers(opened)
         await _queued(store, ctx, "q")
         first = await store.claim_next(A, ttl=_SHORT, workflows=_WORKFLOWS, max_dispatches=5)
         assert first is not None and first.token == 1, f"claim_next returned {first!r}"
@@ -159,8 +161,8 @@ async def check_claim_next_takeover(ctx: _Ctx) -> None:
 async def check_claim_next_dead_letter(ctx: _Ctx) -> None:
     """A run dispatched max_dispatches times is set aside as dead_letter, not claimed;
     a run with a recorded cancel is stored cancelled, not claimed."""
-    async with _Opened(await ctx.make()) as store:
-        _serves_workers(store)
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_workers(opened)
         await _queued(store, ctx, "poison")
         for n in (1, 2):
             got = await store.claim_next(A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=2)

@@ -1,0 +1,64 @@
+"""What wakes waiters on runs: a generation count of changes, bumped as they are seen.
+
+``engine.wait`` and workers re-read the store when something may have
+changed. They learn of changes from this engine's own writes (a submit, a
+run a worker finished) and, where the store announces changes
+(``Store.watch``: LISTEN/NOTIFY on PostgreSQL, in-process on MemoryStore),
+from anyone's. A notification is only a hint to read again, so each waiter
+also polls: a lost one costs latency, never correctness.
+
+A waiter reads :attr:`Changes.generation` *before* it reads the store and
+passes it to :meth:`Changes.wait`, so a change that lands between the read
+and the wait is not missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+__all__ = ("Changes",)
+
+log = logging.getLogger("tether")
+
+
+class Changes:
+    """A count of changes seen, and a way to wait for the next one."""
+
+    def __init__(self) -> None:
+        #: how many changes were seen; only grows
+        self.generation = 0
+        self._event = trio.Event()
+
+    def notify(self) -> None:
+        """Record a change and wake every waiter. Not a checkpoint; any thread of this run."""
+        self.generation += 1
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return once a change after generation *seen* was noted, or after *timeout* seconds.
+
+        A checkpoint. Cancellation propagates; nothing changes.
+        """
+        if self.generation != seen:
+            await trio.lowlevel.checkpoint()
+            return
+        with trio.move_on_after(timeout):
+            await self._event.wait()
+
+    async def follow(self, watch: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
+        """Run a store's ``watch(self.notify)`` until cancelled (a task of ``open_engine``).
+
+        A store whose ``watch`` fails is logged and left to polling; the
+        engine goes on.
+        """
+        try:
+            await watch(self.notify)
+        except Exception as exc:
+            log.warning(
+                "tether: the store's change notifications stopped (%r); waiters poll it instead",
+                exc,
+            )

@@ -1,0 +1,266 @@
+"""Workers: claim runs from the store's queue and execute them, at most N at once.
+
+The shape of one worker::
+
+    async with open_worker(engine, concurrency=N):   the caller's block
+    └─ worker nursery
+       ├─ claimer task       takes a slot, then claim_next (shielded, one write);
+       │                     when nothing is dispatchable, waits for a change
+       │                     (engine.changes) or poll_interval
+       └─ runs nursery       one task per claimed run: engine.execute_claimed,
+                             its outcome logged, never raised; frees its slot
+
+Leaving the block drains: the claimer is cancelled (claiming stops), the held
+runs get ``grace`` seconds to finish, then the runs nursery is cancelled: a
+caller cancellation of each run (saves in flight cut, no status written), and
+their leases are released at once (bounded by ``save_timeout``) so another
+worker takes them over without waiting for ``lease_ttl``.
+
+A claim is one write of the store (``claim_next``) that moves a run to
+``running`` with this engine's lease; the lease, its renewal and its fencing
+are the engine's, exactly as for ``engine.run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import trio
+
+from ._engine import Engine
+from ._errors import LeaseLostError, RunCancelledError, TetherError, UsageError
+from ._nurseries import exit_nursery
+from ._ownership import owner_is_gone
+from ._requests import Paused
+from .stores._protocol import WORKER_METHODS, RunRecord, RunStatus
+from .stores._queue import check_max_dispatches
+
+__all__ = ("Worker", "open_worker")
+
+log = logging.getLogger("tether.worker")
+
+#: Running runs looked at for dead same-host owners, per look.
+_GONE_SCAN: Final = 1000
+
+
+@attrs.define(eq=False)
+class Worker:
+    """A worker's state, yielded by :func:`open_worker` (read it; do not change it)."""
+
+    engine: Engine
+    concurrency: int
+    max_dispatches: int
+    poll_interval: float
+    grace: float
+    #: run ids this worker executes now
+    running: set[str] = attrs.field(factory=set)
+    #: runs claimed since the worker started
+    claimed: int = 0
+    #: runs that ended, by how: "completed", "failed", "paused", "cancelled",
+    #: "lease lost", "interrupted"
+    outcomes: dict[str, int] = attrs.field(factory=dict)
+    _slots: trio.Semaphore = attrs.field(init=False)
+    _gone: set[str] = attrs.field(factory=set)  # owners known dead (they stay dead)
+    _gone_looked: float = -math.inf
+
+    def __attrs_post_init__(self) -> None:
+        self._slots = trio.Semaphore(self.concurrency)
+
+    async def _claim_loop(self, runs: trio.Nursery) -> None:
+        """Claim and start runs while slots are free, until cancelled."""
+        changes = self.engine.changes
+        while True:
+            await self._slots.acquire()
+            seen = changes.generation
+            try:
+                record = await self._claim_one()
+            except BaseException:
+                self._slots.release()
+                raise
+            if record is None:
+                self._slots.release()
+                await changes.wait(seen, self.poll_interval)
+                continue
+            self.claimed += 1
+            self.running.add(record.run_id)
+            runs.start_soon(self._execute, record, name=f"tether worker: run {record.run_id}")
+
+    async def _claim_one(self) -> RunRecord | None:
+        """One claim, or ``None`` when nothing is dispatchable or the store failed.
+
+        Shielded, bounded by ``save_timeout``: a claim cut short by a
+        cancellation could land unseen, leaving a run claimed that nobody
+        executes until this engine closes. Store errors are logged and
+        retried at the next poll, never raised.
+        """
+        engine = self.engine
+        names = engine.workflow_names()
+        if not names:
+            await trio.lowlevel.checkpoint()
+            return None
+        try:
+            gone = await self._gone_owners()
+            with trio.CancelScope(shield=True), trio.move_on_after(engine.save_timeout):
+                return await engine.leases.claim_next(
+                    names, max_dispatches=self.max_dispatches, gone=gone
+                )
+            log.warning("tether worker %s: a claim took over save_timeout", engine.owner)
+        except Exception as exc:
+            log.warning("tether worker %s: claiming failed (retried): %r", engine.owner, exc)
+        return None
+
+    async def _gone_owners(self) -> frozenset[str]:
+        """Owners of running runs that are gone from this machine (taken over at once).
+
+        Looked up at most once per ``poll_interval``: a listing of running
+        runs, each owner checked with :func:`owner_is_gone`. Other machines'
+        owners are never taken for gone; their leases expire instead.
+        """
+        now = trio.current_time()
+        if now - self._gone_looked >= self.poll_interval:
+            self._gone_looked = now
+            records = await self.engine.store.list_runs(
+                status=[RunStatus.RUNNING],
+                limit=_GONE_SCAN,
+            )
+            for r in records:
+                if (
+                    r.owner is not None
+                    and r.owner != self.engine.owner
+                    and r.lease_expires_at is not None
+                    and r.owner not in self._gone
+                    and owner_is_gone(r.owner)
+                ):
+                    self._gone.add(r.owner)
+        return frozenset(self._gone)
+
+    async def _execute(self, record: RunRecord) -> None:
+        """Execute one claimed run; log its outcome; never raise one (Cancelled propagates)."""
+        run_id = record.run_id
+        how = "interrupted"
+        try:
+            await self.engine.execute_claimed(record)
+            how = "completed"
+        except Paused:
+            how = "paused"
+        except RunCancelledError:
+            how = "cancelled"
+        except LeaseLostError as exc:
+            how = "lease lost"
+            log.warning(
+                "tether worker %s: run %s: LeaseLostError: %s", self.engine.owner, run_id, exc
+            )
+        except Exception as exc:
+            how = "failed"
+            level = logging.WARNING if isinstance(exc, TetherError) else logging.INFO
+            log.log(level, "tether worker %s: run %s failed: %r", self.engine.owner, run_id, exc)
+        finally:
+            self.outcomes[how] = self.outcomes.get(how, 0) + 1
+            self.running.discard(run_id)
+            self._slots.release()
+            self.engine.changes.notify()  # a waiter here sees the outcome at once
+
+
+def _check(name: str, value: object, *, positive: bool) -> float:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or math.isnan(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        kind = "positive" if positive else "non-negative"
+        raise UsageError(f"{name} must be a {kind} number of seconds, not {value!r}")
+    return float(value)
+
+
+@asynccontextmanager
+async def open_worker(
+    engine: Engine,
+    *,
+    concurrency: int = 16,
+    max_dispatches: int = 5,
+    poll_interval: float = 1.0,
+    grace: float = 0.0,
+) -> AsyncIterator[Worker]:
+    """In the background of the block, claim queued and orphaned runs and execute them.
+
+    The worker claims, oldest first, runs of the workflows defined in this
+    process that are ``queued``, or ``running`` without a live lease (a
+    crashed owner, one gone from this machine, one that released the run
+    after a caller cancellation, a worker that left), and executes them in
+    *engine*, at most *concurrency* at once. It wakes at once on changes the
+    engine learns of (a submit here; anyone's, where the store announces
+    changes) and otherwise polls every *poll_interval* seconds.
+
+    Outcomes of the runs (failures, pauses, cancels, lost leases) are logged
+    on the ``tether.worker`` logger and never propagate out of the block;
+    store errors while claiming are retried.
+
+    Args:
+        engine: an open engine; its store must have ``claim_next``.
+        concurrency: how many runs the worker holds a lease on at once.
+        max_dispatches: a run claimed this many times by workers without
+            reaching an outcome (its worker died each time) is stored as
+            ``dead_letter`` instead of being claimed again.
+        poll_interval: seconds between looks at the queue when nothing wakes it.
+        grace: on leaving the block, seconds the held runs get to finish
+            before they are cancelled.
+
+    Leaving the block stops claiming, waits up to *grace*, then cancels the
+    runs still held as a caller cancellation (prompt, no status written) and
+    releases their leases (bounded by ``save_timeout``), so another worker
+    takes them over at once.
+
+    Raises:
+        UsageError: invalid arguments, or a store that serves no workers.
+    """
+    if not isinstance(engine, Engine):
+        raise UsageError(f"open_worker() takes an engine from open_engine(), not {engine!r}")
+    missing = [m for m in WORKER_METHODS if not callable(getattr(engine.store, m, None))]
+    if missing:
+        raise UsageError(
+            f"{engine.store!r} cannot serve workers: it lacks {', '.join(missing)} "
+            "(see tether.stores.Store.claim_next)"
+        )
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise UsageError(f"concurrency must be a positive integer, not {concurrency!r}")
+    worker = Worker(
+        engine=engine,
+        concurrency=concurrency,
+        max_dispatches=check_max_dispatches(max_dispatches),
+        poll_interval=_check("poll_interval", poll_interval, positive=True),
+        grace=_check("grace", grace, positive=False),
+    )
+    claiming = trio.CancelScope()
+    manager = trio.open_nursery()
+    runs = await manager.__aenter__()
+    try:
+
+        async def claim() -> None:
+            with claiming:
+                await worker._claim_loop(runs)
+
+        runs.start_soon(claim, name="tether worker: claims")
+        try:
+            yield worker
+        finally:
+            claiming.cancel()
+            if worker.running and worker.grace > 0:
+                with trio.move_on_after(worker.grace):
+                    while worker.running:
+                        await engine.changes.wait(engine.changes.generation, math.inf)
+            runs.cancel_scope.cancel()
+            # Run tasks report nothing (outcomes are logged): the block's own
+            # error propagates as itself.
+            await exit_nursery(manager)
+    finally:
+        # The cancelled runs asked for their releases: write them now, so
+        # another worker takes them over at once (bounded by save_timeout).
+        with trio.CancelScope(shield=True):
+            await engine.leases.flush()
