@@ -23,90 +23,18 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TextIO, final
+from typing import Any, TextIO
 
-import attrs
 import trio
 
+from ._cli_stores import DEFAULT_STORE, STORE_ENV, STORE_HELP, Missing, SpecError, StoreSpec
 from ._codec import codec
 from ._engine import RunInfo, open_engine
 from ._errors import RunConflictError, TetherError
 from ._ownership import owner_is_gone
-from .stores import Entry, FileStore, RunRecord, RunStatus, SQLiteStore, Store
+from .stores import Entry, RunRecord, RunStatus, Store
 
 __all__ = ("StoreSpec", "main")
-
-#: The environment variable that names the store of the ``runs`` commands.
-STORE_ENV = "TETHER_STORE"
-#: The store of the ``runs`` commands when neither ``--store`` nor the variable is set.
-DEFAULT_STORE = "sqlite:tether.db"
-
-_STORE_HELP = f"""\
-stores:
-  sqlite:PATH   a tether.SQLiteStore database file (it must exist)
-  file:DIR      a tether.FileStore directory (it must exist)
-  The store is --store, else the environment variable {STORE_ENV}, else
-  {DEFAULT_STORE} (tether.db in the current directory).
-
-exit status: 0 on success, 1 when the run or store does not exist, the
-store cannot be read, or the run cannot be cancelled (it has completed),
-2 for a usage error."""
-
-
-class _SpecError(ValueError):
-    """A store spec that is neither ``sqlite:PATH`` nor ``file:DIR``."""
-
-
-@final
-@attrs.frozen(kw_only=True)
-class StoreSpec:
-    """A store named on the command line: ``sqlite:PATH`` or ``file:DIR``."""
-
-    kind: Literal["sqlite", "file"]
-    path: Path
-
-    @classmethod
-    def parse(cls, text: str) -> StoreSpec:
-        kind, sep, path = text.partition(":")
-        if not sep or kind not in ("sqlite", "file") or not path:
-            raise _SpecError(
-                f"{text!r} is not a store: use sqlite:PATH (an SQLite file) or file:DIR "
-                "(a FileStore directory)"
-            )
-        return cls(kind="sqlite" if kind == "sqlite" else "file", path=Path(path))
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.path}"
-
-    def open_for_writing(self) -> Store:
-        """The store, created if it does not exist yet (for ``run`` and ``resume``)."""
-        if self.kind == "sqlite":
-            return SQLiteStore(self.path)
-        return FileStore(self.path)
-
-    def open_existing(self) -> Store:
-        """The store, if it exists; a read command must not create one.
-
-        Raises:
-            _Missing: there is no such file or directory.
-        """
-        if self.kind == "sqlite":
-            if not self.path.is_file():
-                what = "is a directory" if self.path.is_dir() else "does not exist"
-                raise _Missing(f"the SQLite file {self.path} {what}")
-            if self.path.stat().st_size == 0:
-                # Opening it would write tether's schema into it: not for a reader.
-                raise _Missing(f"the SQLite file {self.path} is empty: it is not a tether store")
-            return SQLiteStore(self.path)
-        if not self.path.is_dir():
-            what = "is not a directory" if self.path.exists() else "does not exist"
-            raise _Missing(f"the FileStore directory {self.path} {what}")
-        return FileStore(self.path)
-
-
-class _Missing(Exception):
-    """The named store does not exist."""
-
 
 # -- formatting -----------------------------------------------------------------------
 
@@ -281,6 +209,25 @@ def print_run_list(
     print(f"\n{len(runs)} run{'s' if len(runs) != 1 else ''} in {spec}", file=out)
 
 
+def _run_json(info: RunInfo) -> dict[str, Any]:
+    """One run of ``runs list --json``."""
+    return {
+        "run_id": info.run_id,
+        "workflow": info.workflow,
+        "status": info.status.value,
+        "created_at": info.created_at.isoformat(),
+        "updated_at": info.updated_at.isoformat(),
+        "pending": [r.key for r in info.requests],
+        "executing": info.executing,
+        "owner": info.owner,
+        "lease_expires_at": None
+        if info.lease_expires_at is None
+        else info.lease_expires_at.isoformat(),
+        "cancel_requested": info.cancel_requested,
+        "error": None if info.error is None else info.error.to_json(),
+    }
+
+
 def print_run(info: RunInfo, out: TextIO, width: int, *, store: str | None = None) -> None:
     def field(name: str, value: str) -> None:
         print(f"{name + ':':<10} {value}", file=out)
@@ -405,14 +352,21 @@ async def _runs_command(
     run_id: str | None,
     out: TextIO,
     err: TextIO,
+    filters: dict[str, Any] | None = None,
+    as_json: bool = False,
 ) -> int:
-    """One ``runs`` command; *named* is the ``--store`` given, which hints repeat."""
+    """One ``runs`` command; *named* is the ``--store`` given (shown without a
+    password), which hints repeat."""
     if command == "cancel":
         assert run_id is not None
         return await _cancel(store, spec, run_id, out, err)
     async with open_engine(store) as engine:
         if command == "list":
-            print_run_list(await engine.list_runs(), spec, out, store=named)
+            runs = await engine.list_runs(**(filters or {}))
+            if as_json:
+                print(json.dumps([_run_json(r) for r in runs], indent=2), file=out)
+            else:
+                print_run_list(runs, spec, out, store=named)
             return 0
         assert run_id is not None
         info = await engine.get_run(run_id)
@@ -432,7 +386,7 @@ def _spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> StoreSpe
         text, source = DEFAULT_STORE, "the default store"
     try:
         return StoreSpec.parse(text)
-    except _SpecError as exc:
+    except SpecError as exc:
         parser.error(f"{source}: {exc}")  # exits with status 2
 
 
@@ -468,13 +422,31 @@ def _execute(
     return execute(spec.open_for_writing(), start, out, err)
 
 
+def _queue(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    from ._cli_exec import import_modules
+    from ._cli_worker import serve, submit
+
+    spec = _spec(parser, args)
+    try:
+        import_modules(args.imports)
+        store = spec.open_for_writing()
+        if args.command == "worker":
+            return serve(store, str(spec), args, out, err)
+        return submit(store, args, out)
+    except TetherError as exc:
+        print(f"tether: {type(exc).__name__}: {exc}", file=err)
+        return 1
+
+
 def _runs(
     parser: argparse.ArgumentParser, args: argparse.Namespace, out: TextIO, err: TextIO
 ) -> int:
     spec = _spec(parser, args)
     try:
         store = spec.open_existing()
-    except _Missing as exc:
+    except Missing as exc:
         print(
             f"tether: {exc} (the runs commands never create a store; name one with --store "
             f"or ${STORE_ENV})",
@@ -484,7 +456,32 @@ def _runs(
     try:
         run_id: str | None = getattr(args, "run_id", None)
         command = args.runs_command
-        return trio.run(_runs_command, store, str(spec), args.store, command, run_id, out, err)
+        named = None if args.store is None else str(spec)
+        filters: dict[str, Any] = {}
+        if command == "list":
+            statuses = [s for text in args.status for s in text.split(",") if s]
+            filters = {
+                k: v
+                for k, v in (
+                    ("status", statuses or None),
+                    ("workflow", args.workflow),
+                    ("limit", args.limit),
+                    ("after", args.after),
+                )
+                if v is not None
+            }
+        return trio.run(
+            _runs_command,
+            store,
+            str(spec),
+            named,
+            command,
+            run_id,
+            out,
+            err,
+            filters,
+            getattr(args, "json", False),
+        )
     except TetherError as exc:
         # Strict reads: a record that cannot be read names the run and the place.
         print(f"tether: {spec}: {type(exc).__name__}: {exc}", file=err)
@@ -494,7 +491,7 @@ def _runs(
 def _command(sub: Any, name: str, **options: Any) -> argparse.ArgumentParser:
     """A subcommand whose help ends with the stores and exit statuses."""
     parser: argparse.ArgumentParser = sub.add_parser(
-        name, epilog=_STORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter, **options
+        name, epilog=STORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter, **options
     )
     return parser
 
@@ -503,7 +500,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parser = argparse.ArgumentParser(
         prog="tether",
         description="tether: durable Trio workflows",
-        epilog=_STORE_HELP,
+        epilog=STORE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -526,7 +523,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     store_options.add_argument(
         "--store",
         metavar="SPEC",
-        help=f"sqlite:PATH or file:DIR (default: ${STORE_ENV}, else {DEFAULT_STORE})",
+        help=f"sqlite:PATH, file:DIR or postgresql://... (default: ${STORE_ENV}, "
+        f"else {DEFAULT_STORE})",
     )
     runs = _command(
         sub,
@@ -544,6 +542,20 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "running run, whether an owner executes it now (the owner and when its lease "
         "expires) or it was interrupted (no live owner: resume it).",
     )
+    listing.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        metavar="STATUS",
+        help="only runs with this status (repeatable, or comma-separated): "
+        + ", ".join(s.value for s in RunStatus),
+    )
+    listing.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    listing.add_argument("--limit", type=int, metavar="N", help="at most N runs")
+    listing.add_argument(
+        "--after", metavar="RUN_ID", help="the runs after RUN_ID (the next page of a --limit)"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON, for machines")
     show = _command(
         runs_sub,
         "show",
@@ -565,8 +577,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     cancel.add_argument("run_id", metavar="RUN_ID")
 
-    exec_options = argparse.ArgumentParser(add_help=False, parents=[store_options])
-    exec_options.add_argument(
+    exec_options_no_timeout = argparse.ArgumentParser(add_help=False, parents=[store_options])
+    exec_options_no_timeout.add_argument(
         "--import",
         dest="imports",
         action="append",
@@ -574,6 +586,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="MODULE",
         help="import MODULE first (it defines the workflows; repeatable)",
     )
+    exec_options = argparse.ArgumentParser(add_help=False, parents=[exec_options_no_timeout])
     exec_options.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="the caller's deadline, as timeout="
     )
@@ -605,7 +618,43 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="KEY=VALUE",
         help="answer the request KEY with VALUE (JSON, or else a plain string; repeatable)",
     )
+    worker = _command(
+        sub,
+        "worker",
+        parents=[exec_options_no_timeout],
+        help="claim queued and orphaned runs and execute them, until SIGTERM",
+        description="Serve the workflows the --import modules define: claim queued runs, "
+        "and runs whose owner's lease expired, and execute them, at most --concurrency at "
+        "once. SIGTERM or SIGINT drains: claiming stops, held runs get --grace seconds, "
+        "then are cancelled as a caller cancellation and released for other workers. "
+        "Run outcomes are logged to stderr.",
+    )
+    worker.add_argument("--concurrency", type=int, default=16, metavar="N")
+    worker.add_argument(
+        "--max-dispatches",
+        type=int,
+        default=5,
+        metavar="N",
+        help="a run whose worker died N times is set aside as dead_letter (default 5)",
+    )
+    worker.add_argument("--grace", type=float, default=10.0, metavar="SECONDS")
+    worker.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
+    worker.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS")
+    submit = _command(
+        sub,
+        "submit",
+        parents=[exec_options_no_timeout],
+        help="queue a run for the workers; print its id",
+        description="Store MODULE:WORKFLOW with ARGS (each JSON, or else a plain string) as "
+        "a queued run, and print its id. Submitting an id that exists with the same "
+        "arguments prints it and changes nothing.",
+    )
+    submit.add_argument("workflow", metavar="MODULE:WORKFLOW")
+    submit.add_argument("args", nargs="*", metavar="ARG")
+    submit.add_argument("--run-id", metavar="ID", help="the run's id (default: a random one)")
     return parser, {
+        "worker": worker,
+        "submit": submit,
         "list": listing,
         "show": show,
         "cancel": cancel,
@@ -634,6 +683,8 @@ def main(
         return demo(out, db=args.db)
     if args.command in ("run", "resume"):
         return _execute(runs_parsers[args.command], args, out, err)
+    if args.command in ("worker", "submit"):
+        return _queue(runs_parsers[args.command], args, out, err)
     if args.command == "runs":
         try:
             return _runs(runs_parsers[args.runs_command], args, out, err)

@@ -1,0 +1,119 @@
+"""Stores named on the command line: ``sqlite:PATH``, ``file:DIR``, ``postgresql://…``.
+
+A spec is shown (in messages, hints and listings) without credentials: a
+PostgreSQL URL as ``postgresql://user@host:port/dbname``, never its password,
+which stays in the spec the user typed (or ``$TETHER_STORE``) and in
+``PGPASSWORD``/``.pgpass``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, final
+
+import attrs
+
+from .stores import FileStore, SQLiteStore, Store
+
+if TYPE_CHECKING:
+    from .stores import PostgresStore
+
+__all__ = ("DEFAULT_STORE", "STORE_ENV", "STORE_HELP", "Missing", "SpecError", "StoreSpec")
+
+#: The environment variable that names the store of every command.
+STORE_ENV = "TETHER_STORE"
+#: The store when neither ``--store`` nor the variable is set.
+DEFAULT_STORE = "sqlite:tether.db"
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+STORE_HELP = f"""\
+stores:
+  sqlite:PATH         a tether.SQLiteStore database file (it must exist)
+  file:DIR            a tether.FileStore directory (it must exist)
+  postgresql://...    a tether.PostgresStore (needs tether[postgres]); the
+                      password is never printed: prefer PGPASSWORD or ~/.pgpass
+  The store is --store, else the environment variable {STORE_ENV}, else
+  {DEFAULT_STORE} (tether.db in the current directory).
+
+exit status: 0 on success, 1 when the run or store does not exist, the
+store cannot be read, or the run cannot be cancelled (it has completed),
+2 for a usage error."""
+
+
+class SpecError(ValueError):
+    """A store spec that names no kind of store."""
+
+
+class Missing(Exception):
+    """The named store does not exist."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StoreSpec:
+    """A store named on the command line."""
+
+    kind: Literal["sqlite", "file", "postgres"]
+    #: the path (sqlite, file) or the connection URL as given (postgres; it may
+    #: hold a password: never print it, print :meth:`__str__`)
+    location: str = attrs.field(repr=False)
+
+    @classmethod
+    def parse(cls, text: str) -> StoreSpec:
+        """Raises: SpecError: *text* is not a store spec."""
+        if text.startswith(_POSTGRES_SCHEMES):
+            return cls(kind="postgres", location=text)
+        kind, sep, path = text.partition(":")
+        if not sep or kind not in ("sqlite", "file") or not path:
+            raise SpecError(
+                f"{text!r} is not a store: use sqlite:PATH (an SQLite file), file:DIR "
+                "(a FileStore directory) or postgresql://USER@HOST:PORT/DBNAME"
+            )
+        return cls(kind="sqlite" if kind == "sqlite" else "file", location=path)
+
+    @property
+    def path(self) -> Path:
+        """The file or directory of a ``sqlite:`` or ``file:`` spec."""
+        return Path(self.location)
+
+    def __str__(self) -> str:
+        if self.kind == "postgres":
+            return self._postgres().url
+        return f"{self.kind}:{self.location}"
+
+    def _postgres(self) -> PostgresStore:
+        from .stores import PostgresStore
+
+        return PostgresStore(self.location)
+
+    def open_for_writing(self) -> Store:
+        """The store, created if it does not exist yet (for ``run``, ``resume``, ``worker``)."""
+        if self.kind == "postgres":
+            return self._postgres()
+        if self.kind == "sqlite":
+            return SQLiteStore(self.path)
+        return FileStore(self.path)
+
+    def open_existing(self) -> Store:
+        """The store, if it exists; a read command must not create a file or a directory.
+
+        (A PostgreSQL database exists or the connection fails; tether's
+        tables in it are created on open, as for every command.)
+
+        Raises:
+            Missing: there is no such file or directory.
+        """
+        if self.kind == "postgres":
+            return self._postgres()
+        if self.kind == "sqlite":
+            if not self.path.is_file():
+                what = "is a directory" if self.path.is_dir() else "does not exist"
+                raise Missing(f"the SQLite file {self.path} {what}")
+            if self.path.stat().st_size == 0:
+                # Opening it would write tether's schema into it: not for a reader.
+                raise Missing(f"the SQLite file {self.path} is empty: it is not a tether store")
+            return SQLiteStore(self.path)
+        if not self.path.is_dir():
+            what = "is not a directory" if self.path.exists() else "does not exist"
+            raise Missing(f"the FileStore directory {self.path} {what}")
+        return FileStore(self.path)
