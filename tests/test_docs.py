@@ -37,9 +37,10 @@ PAIRED = {
     "how-to/human-input.md": "approval.py",
     "how-to/streams.md": "streams.py",
     "how-to/several-processes.md": "processes.py",
+    "how-to/scale-out.md": "scale_out.py",
 }
 #: examples that wait for other processes, so run on the real clock
-REAL_TIME = frozenset({"processes.py"})
+REAL_TIME = frozenset({"processes.py", "scale_out.py"})
 #: pages whose ```python blocks, in order, are a pytest module run from here
 EXECUTED = "how-to/test-a-workflow.md"
 
