@@ -7,6 +7,8 @@ Real processes, SIGKILL and SIGSTOP are in ``test_worker_processes.py``.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from typing import Any, cast
 
 import pytest
@@ -295,3 +297,41 @@ async def test_open_worker_refuses_bad_arguments_and_stores_without_claim_next()
         with pytest.raises(tether.UsageError, match="claim_next"):
             async with tether.open_worker(engine):
                 pass
+
+
+async def test_a_run_of_an_owner_gone_from_this_machine_is_taken_over_at_once(
+    store: Store, autojump_clock: trio.abc.Clock
+) -> None:
+    # An owner of this process whose engine is closed: gone, as a dead pid would be.
+    ghost = f"{socket.gethostname()}:{os.getpid()}:1-ghost"
+    async with tether.open_engine(store) as engine:
+        await engine.submit(summing, 4, run_id="orphan")
+        claimed = await cast(WorkerStore, store).claim_next(
+            ghost, ttl=600.0, workflows=["tests.worker.sum"], max_dispatches=5
+        )
+        assert claimed is not None and claimed.owner == ghost
+        with trio.fail_after(5):  # far below the ghost's 600 s lease
+            async with tether.open_worker(engine, poll_interval=0.5):
+                assert await engine.wait("orphan") == 18
+
+
+async def test_a_run_whose_arguments_do_not_decode_fails_instead_of_looping(
+    store: Store, autojump_clock: trio.abc.Clock
+) -> None:
+    now = tether.stores.utcnow()
+    bad = tether.stores.RunRecord(
+        run_id="bad-args",
+        workflow="tests.worker.sum",
+        args='["not a number"]',
+        status=RunStatus.QUEUED,
+        created_at=now,
+        updated_at=now,
+    )
+    async with tether.open_engine(store) as engine:
+        await store.create_run(bad)
+        async with tether.open_worker(engine) as worker:
+            with pytest.raises(tether.RunFailedError) as failed:
+                await engine.wait("bad-args", timeout=30)
+            await trio.sleep(5)  # several polls: it is not claimed again
+        assert failed.value.error.type == "tether.CheckpointCorruptError"
+        assert worker.claimed == 1

@@ -20,7 +20,7 @@ import trio
 
 from ._changes import Changes
 from ._codec import codec, loads
-from ._context import RunState, StoreErrors
+from ._context import RunState, StoreErrors, error_info
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
@@ -700,9 +700,23 @@ class Engine:
         """
         wf = self._find_workflow(record)
         with self._active_here(record.run_id):
-            return await self._execute(
-                wf, record, self._decode_args(wf, record), provided={}, original=record
-            )
+            try:
+                args = self._decode_args(wf, record)
+            except CheckpointCorruptError as exc:
+                # Stored as failed (fenced by the claim's token), not released:
+                # a released run would be claimed again, and fail again, forever.
+                failed = attrs.evolve(
+                    record,
+                    status=RunStatus.FAILED,
+                    error=error_info(exc),
+                    owner=None,
+                    updated_at=utcnow(),
+                    lease_expires_at=None,
+                )
+                with StoreErrors(f"storing run {record.run_id!r} as failed"):
+                    await self._store.update_run(failed)
+                raise
+            return await self._execute(wf, record, args, provided={}, original=record)
 
     def workflow_names(self) -> frozenset[str]:
         """The workflows this engine can execute: those defined in this process."""

@@ -65,7 +65,7 @@ class Worker:
     #: "lease lost", "interrupted"
     outcomes: dict[str, int] = attrs.field(factory=dict)
     _slots: trio.Semaphore = attrs.field(init=False)
-    _gone: set[str] = attrs.field(factory=set)  # owners known dead (they stay dead)
+    _gone: set[str] = attrs.field(factory=set)  # dead owners of running runs, last looked
     _gone_looked: float = -math.inf
 
     def __attrs_post_init__(self) -> None:
@@ -103,8 +103,8 @@ class Worker:
         if not names:
             await trio.lowlevel.checkpoint()
             return None
+        gone = await self._gone_owners()
         try:
-            gone = await self._gone_owners()
             with trio.CancelScope(shield=True), trio.move_on_after(engine.save_timeout):
                 return await engine.leases.claim_next(
                     names, max_dispatches=self.max_dispatches, gone=gone
@@ -122,21 +122,26 @@ class Worker:
         owners are never taken for gone; their leases expire instead.
         """
         now = trio.current_time()
-        if now - self._gone_looked >= self.poll_interval:
-            self._gone_looked = now
+        if now - self._gone_looked < self.poll_interval:
+            return frozenset(self._gone)
+        self._gone_looked = now
+        try:
             records = await self.engine.store.list_runs(
-                status=[RunStatus.RUNNING],
-                limit=_GONE_SCAN,
+                status=[RunStatus.RUNNING], limit=_GONE_SCAN
             )
-            for r in records:
-                if (
-                    r.owner is not None
-                    and r.owner != self.engine.owner
-                    and r.lease_expires_at is not None
-                    and r.owner not in self._gone
-                    and owner_is_gone(r.owner)
-                ):
-                    self._gone.add(r.owner)
+        except Exception as exc:
+            # Only a speed-up (leases expire anyway): never a reason not to claim.
+            log.debug("tether worker: looking for dead owners failed: %r", exc)
+            return frozenset(self._gone)
+        # Only the owners of runs listed now: the set passed to claims stays small.
+        self._gone = {
+            r.owner
+            for r in records
+            if r.owner is not None
+            and r.owner != self.engine.owner
+            and r.lease_expires_at is not None
+            and (r.owner in self._gone or owner_is_gone(r.owner))
+        }
         return frozenset(self._gone)
 
     async def _execute(self, record: RunRecord) -> None:
