@@ -6,9 +6,12 @@ Real processes, SIGKILL and SIGSTOP are in ``test_worker_processes.py``.
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -16,6 +19,7 @@ import trio
 import trio.testing
 
 import tether
+from tether._cli import main
 from tether.stores import DEAD_LETTER_ERROR, RunStatus, Store, WorkerStore
 from tether.testing._clock import ClockHoldingStore, hold_clock
 
@@ -335,3 +339,41 @@ async def test_a_run_whose_arguments_do_not_decode_fails_instead_of_looping(
             await trio.sleep(5)  # several polls: it is not claimed again
         assert failed.value.error.type == "tether.CheckpointCorruptError"
         assert worker.claimed == 1
+
+
+def test_the_command_line_shows_queued_and_dead_letter_runs(tmp_path: Path) -> None:
+    path = tmp_path / "queue.db"
+
+    async def populate() -> None:
+        store = tether.SQLiteStore(path)
+        async with tether.open_engine(store) as engine:
+            await engine.submit(summing, 1, run_id="waiting")
+            await engine.submit(summing, 2, run_id="poison")
+            claimed = await store.claim_next(
+                "ghost:1:x", ttl=60.0, workflows=["tests.worker.sum"], max_dispatches=1
+            )
+            assert claimed is not None and claimed.run_id == "waiting"
+            await store.renew("ghost:1:x", ttl=0, held={})  # that worker died
+            # "waiting" dispatched once, its worker gone: the next claim sets it aside.
+            nxt = await store.claim_next(
+                "ghost:2:x", ttl=60.0, workflows=["tests.worker.sum"], max_dispatches=1
+            )
+            assert nxt is not None and nxt.run_id == "poison"
+
+    trio.run(populate)
+    out, err = io.StringIO(), io.StringIO()
+    spec = f"sqlite:{path}"
+    assert main(["runs", "list", "--store", spec], out=out, err=err) == 0, err.getvalue()
+    lines = {line.split()[0]: line for line in out.getvalue().splitlines() if line}
+    assert "dead_letter" in lines["waiting"] and "set aside after 1 dispatches" in lines["waiting"]
+    assert "tether resume waiting" in lines["waiting"]
+    out = io.StringIO()
+    assert (
+        main(["runs", "list", "--status", "dead_letter", "--json", "--store", spec], out=out) == 0
+    )
+    listed = json.loads(out.getvalue())
+    assert [r["run_id"] for r in listed] == ["waiting"]
+    assert listed[0]["error"]["type"] == DEAD_LETTER_ERROR
+    out = io.StringIO()
+    assert main(["runs", "show", "waiting", "--store", spec], out=out) == 0
+    assert "dead_letter — its workers died 1 times" in out.getvalue()

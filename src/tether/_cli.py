@@ -116,6 +116,10 @@ def _execution(info: RunInfo, store: str | None) -> str:
     if _interrupted(info):
         cancel = ", cancel requested" if info.cancel_requested else ""
         return f"interrupted{cancel} — {_next_step(info, store)}"
+    if info.status is RunStatus.QUEUED:
+        return "waiting for a worker"
+    if info.status is RunStatus.DEAD_LETTER:
+        return f"set aside after {info.dispatches} dispatches — {_next_step(info, store)}"
     return "-"
 
 
@@ -244,6 +248,14 @@ def print_run(info: RunInfo, out: TextIO, width: int, *, store: str | None = Non
         field("status", f"{info.status.value} — interrupted{cancel}: {_next_step(info, store)}")
         last = "" if info.owner is None else f" (last: {info.owner}, no longer live)"
         field("owner", f"none{last}")
+    elif info.status is RunStatus.QUEUED:
+        field("status", f"{info.status.value} — waiting for a worker")
+    elif info.status is RunStatus.DEAD_LETTER:
+        field(
+            "status",
+            f"{info.status.value} — its workers died {info.dispatches} times: "
+            f"{_next_step(info, store)} once the cause is fixed",
+        )
     else:
         field("status", info.status.value)
     if info.cancel_requested and info.executing:

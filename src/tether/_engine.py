@@ -83,6 +83,9 @@ class RunInfo:
     executing: bool = False
     #: a cancel was recorded; the owner stops the run within one renewal interval
     cancel_requested: bool = False
+    #: how many times workers claimed the run without an outcome since it was
+    #: submitted or last resumed by hand (``dead_letter`` at ``max_dispatches``)
+    dispatches: int = 0
 
 
 #: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
@@ -655,6 +658,7 @@ class Engine:
             lease_expires_at=record.lease_expires_at if executing else None,
             executing=executing,
             cancel_requested=record.cancel_requested,
+            dispatches=record.dispatches,
         )
 
     async def _continue(
