@@ -6,6 +6,9 @@
   :class:`Crash` and :class:`Do`: faults at chosen store calls.
 - :func:`explore` (and :class:`Explorer`): a fault at every interleaving
   point of a workflow, then resume and check tether's invariants.
+- :func:`explore_workers` (and :class:`WorkerExplorer`): simulated workers
+  sharing one store, a crash, pause, store restart or lost notification at
+  every point, then check that every run completes once, fenced.
 - :func:`check_store`: the conformance checks for a store implementation.
 - The pytest plugin (:mod:`tether.testing.pytest_plugin`), loaded by pytest
   automatically: store and engine fixtures, seeded tests, the explorer.
@@ -31,6 +34,12 @@ from ._explore import FaultPlan as FaultPlan
 from ._explore import InjectedFailure as InjectedFailure
 from ._explore import Injection as Injection
 from ._explore import explore as explore
+from ._explore_workers import WORKER_FAULT_KINDS as WORKER_FAULT_KINDS
+from ._explore_workers import WorkerExplorer as WorkerExplorer
+from ._explore_workers import WorkerFault as WorkerFault
+from ._explore_workers import WorkerPlan as WorkerPlan
+from ._explore_workers import WorkerTrial as WorkerTrial
+from ._explore_workers import explore_workers as explore_workers
 from ._faulty import Call as Call
 from ._faulty import Crash as Crash
 from ._faulty import Delay as Delay
@@ -45,6 +54,7 @@ __all__ = (
     "CHECKS",
     "FAULT_KINDS",
     "SUPPORTED_TRIO",
+    "WORKER_FAULT_KINDS",
     "Call",
     "ClockHoldingStore",
     "ConformanceResult",
@@ -67,8 +77,13 @@ __all__ = (
     "StoreConformanceError",
     "StoreFactory",
     "Tamperer",
+    "WorkerExplorer",
+    "WorkerFault",
+    "WorkerPlan",
+    "WorkerTrial",
     "check_store",
     "explore",
+    "explore_workers",
     "run_deterministic",
     "seeded_schedule",
 )
