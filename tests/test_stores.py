@@ -43,6 +43,7 @@ from tether.stores import (
 )
 from tether.testing import CHECKS, StoreConformanceError, Tamperer, check_store
 
+from . import _postgres
 from ._json_store import JsonStore, json_corrupt
 from .conftest import make_store, reopen_store
 
@@ -69,10 +70,20 @@ def file_corrupt(store: Store, run_id: str, seq: int | None) -> None:
     path.write_text('{"run_id":', encoding="utf-8")
 
 
+def postgres_corrupt(store: Store, run_id: str, seq: int | None) -> None:
+    assert isinstance(store, tether.PostgresStore)
+    table = "runs" if seq is None else "entries"
+    where = "run_id = %s" + ("" if seq is None else " AND seq = %s")
+    params = (run_id,) if seq is None else (run_id, seq)
+    query = f'UPDATE "{store.schema}".{table} SET data = \'{{"run_id":\' WHERE {where}'
+    _postgres.start_once().sql(query, *params)
+
+
 CORRUPTERS: dict[str, Callable[[Store, str, int | None], None] | None] = {
     "memory": None,
     "sqlite": sqlite_corrupt,
     "file": file_corrupt,
+    "postgres": postgres_corrupt,
 }
 
 
@@ -118,11 +129,26 @@ def file_alter(store: Store, run_id: str, seq: int) -> None:
     path.write_text(_other_digit(path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
+def postgres_remove(store: Store, run_id: str, seq: int) -> None:
+    assert isinstance(store, tether.PostgresStore)
+    query = f'DELETE FROM "{store.schema}".entries WHERE run_id = %s AND seq = %s'
+    _postgres.start_once().sql(query, run_id, seq)
+
+
+def postgres_alter(store: Store, run_id: str, seq: int) -> None:
+    assert isinstance(store, tether.PostgresStore)
+    server, table = _postgres.start_once(), f'"{store.schema}".entries'
+    ((data,),) = server.sql(f"SELECT data FROM {table} WHERE run_id = %s AND seq = %s", run_id, seq)
+    query = f"UPDATE {table} SET data = %s WHERE run_id = %s AND seq = %s"
+    server.sql(query, _other_digit(data), run_id, seq)
+
+
 #: remove= and alter= hooks of check_store, by store kind.
 TAMPERERS: dict[str, tuple[Tamperer, Tamperer] | None] = {
     "memory": None,
     "sqlite": (sqlite_remove, sqlite_alter),
     "file": (file_remove, file_alter),
+    "postgres": (postgres_remove, postgres_alter),
 }
 
 
@@ -235,7 +261,7 @@ class SkippingStore(JsonStore):
         except tether.CheckpointCorruptError:
             return None
 
-    async def list_runs(self) -> Sequence[RunRecord]:
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
         await trio.lowlevel.checkpoint()
         out = []
         for run_id in self.runs:
@@ -273,8 +299,8 @@ class SharedListStore(JsonStore):
 class SortedListStore(JsonStore):
     """Breaks "oldest first": lists runs by id."""
 
-    async def list_runs(self) -> Sequence[RunRecord]:
-        return sorted(await super().list_runs(), key=lambda r: r.run_id)
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
+        return sorted(await super().list_runs(**filters), key=lambda r: r.run_id)
 
 
 @pytest.mark.parametrize(

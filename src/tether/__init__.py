@@ -59,6 +59,7 @@ from ._workflow import stream_step as stream_step
 from ._workflow import workflow as workflow
 from .stores import FileStore as FileStore
 from .stores import MemoryStore as MemoryStore
+from .stores import PostgresStore as PostgresStore
 from .stores import RunStatus as RunStatus
 from .stores import SQLiteStore as SQLiteStore
 
@@ -75,6 +76,7 @@ __all__ = (
     "LeaseLostError",
     "LiveRun",
     "MemoryStore",
+    "PostgresStore",
     "NonDeterminismError",
     "NotInRunError",
     "OpenRun",

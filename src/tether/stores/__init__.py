@@ -10,6 +10,7 @@ from ._leases import decide_claim as decide_claim
 from ._leases import fenced_update as fenced_update
 from ._leases import renewal as renewal
 from ._memory import MemoryStore as MemoryStore
+from ._postgres import PostgresStore as PostgresStore
 from ._protocol import FORMAT_VERSION as FORMAT_VERSION
 from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import WORKER_METHODS as WORKER_METHODS
@@ -55,6 +56,7 @@ __all__ = (
     "ErrorInfo",
     "FileStore",
     "MemoryStore",
+    "PostgresStore",
     "RecordDecodeError",
     "Renewal",
     "RunFilter",

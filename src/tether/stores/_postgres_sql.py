@@ -1,0 +1,189 @@
+"""The SQL of the PostgreSQL store: its schema, its migrations and its statements.
+
+Plain text here, with ``{s}`` where the store's schema goes;
+:func:`statements` renders them once per store, quoting the schema with
+``psycopg.sql.Identifier`` (psycopg is imported only then, so that importing
+tether does not need it). The layout is described in :mod:`._postgres`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from psycopg import sql
+
+__all__ = ("ADVISORY_LOCK_CLASS", "SCHEMA_VERSION", "Statements", "statements")
+
+#: The schema version this tether writes and reads (``{schema}.tether_schema``).
+SCHEMA_VERSION: Final = 1
+
+#: The first key of the advisory lock that serializes migrations; the second is
+#: ``hashtext(schema)``, so stores in other schemas migrate independently.
+ADVISORY_LOCK_CLASS: Final = 0x7E7E_7E01
+
+# Creates version 1 in an empty schema, one statement at a time.
+_CREATE: Final = (
+    "CREATE TABLE {s}.tether_schema (version integer NOT NULL)",
+    """CREATE TABLE {s}.runs (
+        id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+        run_id text PRIMARY KEY,
+        data text NOT NULL,
+        status text NOT NULL,
+        workflow text NOT NULL,
+        owner text,
+        token bigint NOT NULL DEFAULT 0,
+        cancel boolean NOT NULL DEFAULT false
+    )""",
+    "CREATE INDEX runs_status ON {s}.runs (status, id)",
+    "CREATE INDEX runs_workflow ON {s}.runs (workflow, id)",
+    "CREATE INDEX runs_owner ON {s}.runs (owner) WHERE owner IS NOT NULL",
+    "CREATE INDEX runs_dispatchable ON {s}.runs (id) WHERE status IN ('queued', 'running')",
+    """CREATE TABLE {s}.entries (
+        run_id text NOT NULL,
+        seq integer NOT NULL,
+        ikey text NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (run_id, seq),
+        UNIQUE (run_id, ikey)
+    )""",
+    """CREATE TABLE {s}.owners (
+        owner text PRIMARY KEY,
+        expires timestamptz NOT NULL,
+        last_claim text
+    )""",
+)
+
+#: Migrations by the version they start from (none yet: version 1 is the first).
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
+
+# A run row with its owner's lease expiry and whether it is live, on the database's clock.
+_SELECT_RUN: Final = """
+SELECT r.id, r.run_id, r.data, o.expires, o.expires > clock_timestamp()
+FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
+"""
+_SET_OWNER: Final = """
+INSERT INTO {s}.owners AS o (owner, expires)
+VALUES (%s, clock_timestamp() + make_interval(secs => %s))
+ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires
+RETURNING o.expires
+"""
+
+_TEXT: Final = {
+    "lock": "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+    "schema_exists": "SELECT 1 FROM pg_namespace WHERE nspname = %s",
+    "tables": "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename",
+    "create_schema": "CREATE SCHEMA {s}",
+    "version": "SELECT version FROM {s}.tether_schema",
+    "set_version": "INSERT INTO {s}.tether_schema (version) VALUES (%s)",
+    "update_version": "UPDATE {s}.tether_schema SET version = %s",
+    "get_run": _SELECT_RUN + " WHERE r.run_id = %s",
+    # Locks a run row. The record is read by a later statement (get_run): a
+    # statement that waited for the lock keeps the snapshot it started with,
+    # in which the owners row of whoever held the lock may be stale.
+    "lock_run": "SELECT 1 FROM {s}.runs WHERE run_id = %s FOR UPDATE",
+    "run_id_of": "SELECT id FROM {s}.runs WHERE run_id = %s",
+    "list_runs": _SELECT_RUN,
+    "insert_run": """
+        INSERT INTO {s}.runs (data, status, workflow, owner, token, cancel, run_id)
+        VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING id
+    """,
+    "put_run": """
+        UPDATE {s}.runs SET data = %s, status = %s, workflow = %s, owner = %s, token = %s,
+        cancel = %s WHERE run_id = %s
+    """,
+    "run_data": "SELECT data FROM {s}.runs WHERE run_id = %s",
+    "set_owner": _SET_OWNER,
+    "set_owner_claim": """
+        INSERT INTO {s}.owners AS o (owner, expires, last_claim)
+        VALUES (%s, clock_timestamp() + make_interval(secs => %s), %s)
+        ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires,
+            last_claim = excluded.last_claim
+        RETURNING o.expires
+    """,
+    "last_claim": "SELECT last_claim FROM {s}.owners WHERE owner = %s",
+    "drop_owner": "DELETE FROM {s}.owners WHERE owner = %s",
+    "owned": "SELECT run_id, token, cancel FROM {s}.runs WHERE owner = %s",
+    # The oldest candidate for a worker's claim, locked; expired leases are
+    # swept in here, and rows another claimer holds are skipped, not waited
+    # for. One at a time: a row locked here is a row the other claimers skip.
+    # As with lock_run, the record is read again after the lock (a claim that
+    # committed meanwhile shows here with a stale owners row), dispatchable()
+    # decides on that reading, and the ids it turned down are excluded next.
+    "dispatchable": """
+        SELECT r.run_id FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
+        WHERE r.workflow = ANY(%s) AND (r.status = 'queued' OR (r.status = 'running' AND (
+            r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
+            OR r.owner = ANY(%s)))) AND r.run_id <> ALL(%s)
+        ORDER BY r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED
+    """,
+    "notify": "SELECT pg_notify(%s, '')",
+    # Appends. The run rows are locked in run_id order (no deadlock between
+    # batches); the highest seqs are read by a later statement, whose
+    # snapshot sees what the previous lock holders committed.
+    "lock_fences": """
+        SELECT run_id, owner, token FROM {s}.runs WHERE run_id = ANY(%s)
+        ORDER BY run_id FOR UPDATE
+    """,
+    "last_seqs": """
+        SELECT u.run_id, (SELECT max(e.seq) FROM {s}.entries e WHERE e.run_id = u.run_id)
+        FROM unnest(%s::text[]) AS u(run_id)
+    """,
+    "insert_entries": """
+        INSERT INTO {s}.entries (run_id, seq, ikey, data)
+        SELECT * FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[])
+    """,
+    "insert_entry": "INSERT INTO {s}.entries (run_id, seq, ikey, data) VALUES (%s, %s, %s, %s)",
+    "twin": "SELECT seq, data FROM {s}.entries WHERE run_id = %s AND ikey = %s",
+    "load_entries": "SELECT seq, data FROM {s}.entries WHERE run_id = %s ORDER BY seq",
+}
+
+
+class Statements:
+    """Every statement of one store, rendered for its schema (bytes, ready to execute)."""
+
+    def __init__(self, schema: sql.Identifier) -> None:
+        from psycopg import sql
+
+        def render(text: str) -> bytes:
+            return sql.SQL(text).format(s=schema).as_bytes(None)
+
+        self.create: tuple[bytes, ...] = tuple(render(t) for t in _CREATE)
+        self.migrations: dict[int, tuple[bytes, ...]] = {
+            v: tuple(render(t) for t in ts) for v, ts in _MIGRATIONS.items()
+        }
+        q = {name: render(text) for name, text in _TEXT.items()}
+        self.lock = q["lock"]
+        self.schema_exists = q["schema_exists"]
+        self.tables = q["tables"]
+        self.create_schema = q["create_schema"]
+        self.version = q["version"]
+        self.set_version = q["set_version"]
+        self.update_version = q["update_version"]
+        self.get_run = q["get_run"]
+        self.lock_run = q["lock_run"]
+        self.run_id_of = q["run_id_of"]
+        self.list_runs = q["list_runs"]
+        self.insert_run = q["insert_run"]
+        self.put_run = q["put_run"]
+        self.run_data = q["run_data"]
+        self.set_owner = q["set_owner"]
+        self.set_owner_claim = q["set_owner_claim"]
+        self.last_claim = q["last_claim"]
+        self.drop_owner = q["drop_owner"]
+        self.owned = q["owned"]
+        self.dispatchable = q["dispatchable"]
+        self.notify = q["notify"]
+        self.lock_fences = q["lock_fences"]
+        self.last_seqs = q["last_seqs"]
+        self.insert_entries = q["insert_entries"]
+        self.insert_entry = q["insert_entry"]
+        self.twin = q["twin"]
+        self.load_entries = q["load_entries"]
+
+
+def statements(schema: str) -> Statements:
+    """The statements of a store in *schema* (a validated name)."""
+    from psycopg import sql
+
+    return Statements(sql.Identifier(schema))
