@@ -1,7 +1,7 @@
 """The queue and workers in one process: submit, wait, open_worker, dead letters.
 
 Every test runs on every store kind (the ``store`` fixture), in virtual time.
-Real processes, SIGKILL and SIGSTOP are in ``test_worker_processes.py``.
+Real processes, SIGKILL and SIGSTOP are in ``test_fleet.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ which stays in the spec the user typed (or ``$TETHER_STORE``) and in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Final, Literal, final
 
 import attrs
 
@@ -18,13 +18,26 @@ from .stores import FileStore, SQLiteStore, Store
 if TYPE_CHECKING:
     from .stores import PostgresStore
 
-__all__ = ("DEFAULT_STORE", "STORE_ENV", "STORE_HELP", "Missing", "SpecError", "StoreSpec")
+__all__ = (
+    "DEFAULT_STORE",
+    "READ_RETRY_TIMEOUT",
+    "STORE_ENV",
+    "STORE_HELP",
+    "Missing",
+    "SpecError",
+    "StoreSpec",
+)
 
 #: The environment variable that names the store of every command.
 STORE_ENV = "TETHER_STORE"
 #: The store when neither ``--store`` nor the variable is set.
 DEFAULT_STORE = "sqlite:tether.db"
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: How long the ``runs`` commands keep retrying a PostgreSQL server that does
+#: not answer: through a restart, but a wrong host or port fails in seconds,
+#: not after the store's default minute (which is for the commands that
+#: execute runs, and must ride out an outage).
+READ_RETRY_TIMEOUT: Final = 10.0
 
 STORE_HELP = f"""\
 stores:
@@ -81,10 +94,12 @@ class StoreSpec:
             return self._postgres().url
         return f"{self.kind}:{self.location}"
 
-    def _postgres(self) -> PostgresStore:
+    def _postgres(self, *, retry_timeout: float | None = None) -> PostgresStore:
         from .stores import PostgresStore
 
-        return PostgresStore(self.location)
+        if retry_timeout is None:  # the store's own default
+            return PostgresStore(self.location)
+        return PostgresStore(self.location, retry_timeout=retry_timeout)
 
     def open_for_writing(self) -> Store:
         """The store, created if it does not exist yet (for ``run``, ``resume``, ``worker``)."""
@@ -97,14 +112,15 @@ class StoreSpec:
     def open_existing(self) -> Store:
         """The store, if it exists; a read command must not create a file or a directory.
 
-        (A PostgreSQL database exists or the connection fails; tether's
+        (A PostgreSQL database exists or the connection fails, after
+        :data:`READ_RETRY_TIMEOUT` seconds of retries at most; tether's
         tables in it are created on open, as for every command.)
 
         Raises:
             Missing: there is no such file or directory.
         """
         if self.kind == "postgres":
-            return self._postgres()
+            return self._postgres(retry_timeout=READ_RETRY_TIMEOUT)
         if self.kind == "sqlite":
             if not self.path.is_file():
                 what = "is a directory" if self.path.is_dir() else "does not exist"

@@ -76,6 +76,10 @@ def serve(store: Store, shown: str, args: Any, out: TextIO, err: TextIO) -> int:
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
         logger.setLevel(logging.INFO)
+    # The PostgreSQL driver's pool warns as connections drop (a server restart):
+    # the same format, so a worker's log reads as one.
+    driver = logging.getLogger("psycopg")
+    driver.addHandler(handler)
     try:
         return trio.run(
             lambda: _serve(
@@ -91,6 +95,7 @@ def serve(store: Store, shown: str, args: Any, out: TextIO, err: TextIO) -> int:
         )
     finally:
         logger.removeHandler(handler)
+        driver.removeHandler(handler)
 
 
 async def _submit(store: Store, target: str, values: Sequence[Any], run_id: str | None) -> str:

@@ -6,7 +6,9 @@ The shape of one worker::
     └─ worker nursery
        ├─ claimer task       takes a slot, then claim_next (shielded, one write);
        │                     when nothing is dispatchable, waits for a change
-       │                     (engine.changes) or poll_interval
+       │                     (engine.changes) or poll_interval; after claiming
+       │                     a run's last chance (max_dispatches), waits until
+       │                     that run ends
        └─ runs nursery       one task per claimed run: engine.execute_claimed,
                              its outcome logged, never raised; frees its slot
 
@@ -65,11 +67,15 @@ class Worker:
     #: "lease lost", "interrupted"
     outcomes: dict[str, int] = attrs.field(factory=dict)
     _slots: trio.Semaphore = attrs.field(init=False)
+    _isolated_from: int = attrs.field(init=False)  # dispatches from which a run runs alone
     _gone: set[str] = attrs.field(factory=set)  # dead owners of running runs, last looked
     _gone_looked: float = -math.inf
 
     def __attrs_post_init__(self) -> None:
         self._slots = trio.Semaphore(self.concurrency)
+        # Claims that execute alone: a run's last chance, when that is not its
+        # first claim (with max_dispatches=1 every claim would be alone).
+        self._isolated_from = max(2, self.max_dispatches)
 
     async def _claim_loop(self, runs: trio.Nursery) -> None:
         """Claim and start runs while slots are free, until cancelled."""
@@ -88,7 +94,19 @@ class Worker:
                 continue
             self.claimed += 1
             self.running.add(record.run_id)
-            runs.start_soon(self._execute, record, name=f"tether worker: run {record.run_id}")
+            ended = trio.Event()
+            name = f"tether worker: run {record.run_id}"
+            runs.start_soon(self._execute, record, ended, name=name)
+            if record.dispatches >= self._isolated_from:
+                # The run's last chance: workers vanished with it every time
+                # before. Claim nothing more until it ends. Each death of a
+                # worker counts against every run it held, so without this the
+                # runs claimed right after a poison run (oldest first, after
+                # each death) die beside it each time and are dead-lettered
+                # with it. With it, a run beside a poison run that is not at
+                # its own last chance survives: its deaths are the poison's,
+                # fewer than max_dispatches.
+                await ended.wait()
 
     async def _claim_one(self) -> RunRecord | None:
         """One claim, or ``None`` when nothing is dispatchable or the store failed.
@@ -144,8 +162,11 @@ class Worker:
         }
         return frozenset(self._gone)
 
-    async def _execute(self, record: RunRecord) -> None:
-        """Execute one claimed run; log its outcome; never raise one (Cancelled propagates)."""
+    async def _execute(self, record: RunRecord, ended: trio.Event) -> None:
+        """Execute one claimed run; log its outcome; never raise one (Cancelled propagates).
+
+        Sets *ended* when the run no longer holds its slot.
+        """
         run_id = record.run_id
         how = "interrupted"
         try:
@@ -168,6 +189,7 @@ class Worker:
             self.outcomes[how] = self.outcomes.get(how, 0) + 1
             self.running.discard(run_id)
             self._slots.release()
+            ended.set()
             self.engine.changes.notify()  # a waiter here sees the outcome at once
 
 
@@ -212,7 +234,11 @@ async def open_worker(
         concurrency: how many runs the worker holds a lease on at once.
         max_dispatches: a run claimed this many times by workers without
             reaching an outcome (its worker died each time) is stored as
-            ``dead_letter`` instead of being claimed again.
+            ``dead_letter`` instead of being claimed again. A run's last
+            chance (its claim number *max_dispatches*, from 2 on) executes
+            alone: the worker claims nothing more until it ends, so a run
+            that kills its workers does not take the runs beside it into
+            ``dead_letter`` too.
         poll_interval: seconds between looks at the queue when nothing wakes it.
         grace: on leaving the block, seconds the held runs get to finish
             before they are cancelled.
