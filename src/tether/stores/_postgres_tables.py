@@ -1,0 +1,363 @@
+"""A PostgreSQL store's work on its tables: migration, rows, one transaction per call.
+
+:class:`Tables` holds, for one store, what each protocol call does once it
+has a connection: the migration run by ``open``, the transaction of every
+run record write and claim (each one locks the run's row, decides with the
+shared rules of :mod:`._leases` and :mod:`._queue`, and writes), the reads,
+and the strict decoding of rows back into records. Each method is
+synchronous and blocking, for a worker thread, and takes ``retrying``
+where an earlier attempt may have committed. The statements are in
+:mod:`._postgres_sql`; the layout is described in :mod:`._postgres`.
+
+It is separate from :class:`~tether.PostgresStore` so that the store reads as
+the async surface (validation, threads, cancellation, retries) and this as
+the SQL logic, which knows nothing of threads or of Trio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, final
+
+import attrs
+
+from .._errors import CheckpointCorruptError, RunConflictError, RunNotFoundError, StoreError
+from ._leases import ClaimDecision, decide_cancel, decide_claim, fenced_update, renewal
+from ._postgres_sql import ADVISORY_LOCK_CLASS, SCHEMA_VERSION, Statements
+from ._protocol import (
+    Entry,
+    RecordDecodeError,
+    Renewal,
+    RunRecord,
+    dumps_record,
+    first_gap,
+    load_entry,
+    load_run_record,
+)
+from ._queue import RunFilter, decide_dispatch, dispatchable
+
+__all__ = ("Tables",)
+
+
+class _Created(Exception):
+    """A run was created by someone else between a claim's read and its insert."""
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _run_params(record: RunRecord) -> tuple[object, ...]:
+    """The parameters of ``insert_run`` and ``put_run`` for *record*."""
+    return (
+        dumps_record(record.to_json()),
+        record.status.value,
+        record.workflow,
+        record.owner,
+        record.token,
+        record.cancel_requested,
+        record.run_id,
+    )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Tables:
+    """One store's tables: its statements, and how its messages name it.
+
+    Attributes:
+        sql: the store's statements (:func:`._postgres_sql.statements`).
+        schema: the PostgreSQL schema that holds the tables.
+        where: the database, ``postgresql://user@host:port/dbname``.
+        label: the store's ``repr``, for messages (never the password).
+        channel: the notification channel of run record writes.
+    """
+
+    sql: Statements
+    schema: str
+    where: str
+    label: str
+    channel: str
+
+    # -- migrations ----------------------------------------------------------------------
+
+    def migrate(self, conn: Any) -> None:
+        """Create or migrate the schema, in one transaction under the advisory lock."""
+        q = self.sql
+        with conn.transaction():
+            conn.execute(q.lock, (ADVISORY_LOCK_CLASS, self.schema))
+            exists = conn.execute(q.schema_exists, (self.schema,)).fetchone() is not None
+            tables = [t for (t,) in conn.execute(q.tables, (self.schema,)).fetchall()]
+            if not exists:
+                conn.execute(q.create_schema)
+            if "tether_schema" not in tables:
+                if tables:
+                    raise StoreError(
+                        f"{self.label}: schema {self.schema!r} holds tables that are not a "
+                        f"tether store's ({', '.join(tables[:5])}) and no tether schema "
+                        "version; choose another schema="
+                    )
+                for statement in q.create:
+                    conn.execute(statement)
+                conn.execute(q.set_version, (SCHEMA_VERSION,))
+                return
+            row = conn.execute(q.version).fetchone()
+            version = None if row is None else row[0]
+            if type(version) is int and version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.label} has tether store schema version {version}, newer than "
+                    f"version {SCHEMA_VERSION} that this tether reads; upgrade tether"
+                )
+            while type(version) is int and version in q.migrations:
+                for statement in q.migrations[version]:
+                    conn.execute(statement)
+                version += 1
+                conn.execute(q.update_version, (version,))
+            if version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.label} has unknown tether store schema version {version!r} "
+                    f"(this tether reads version {SCHEMA_VERSION})"
+                )
+
+    # -- run records -----------------------------------------------------------------------
+
+    def create_run(self, conn: Any, retrying: bool, record: RunRecord, data: str) -> None:
+        """Insert *record* (its JSON text: *data*); notifies watchers."""
+        with conn.transaction():
+            if conn.execute(self.sql.insert_run, _run_params(record)).fetchone() is None:
+                if retrying:
+                    row = conn.execute(self.sql.run_data, (record.run_id,)).fetchone()
+                    if row is not None and row[0] == data:
+                        return  # the earlier attempt committed: this is our run
+                raise RunConflictError(f"run {record.run_id!r} already exists in {self.label}")
+            self.notify(conn)
+
+    def update_run(
+        self, conn: Any, retrying: bool, record: RunRecord, attempted: list[str]
+    ) -> RunRecord:
+        """Replace the run's record, fenced; notifies watchers.
+
+        *attempted* collects the text each attempt of this update writes, so
+        that a retry recognizes its own committed write.
+        """
+        with conn.transaction():
+            current, data = self.lock_run(conn, record.run_id)
+            if current is None:
+                raise RunNotFoundError(f"run {record.run_id!r} is not stored in {self.label}")
+            if retrying and data in attempted:
+                return current  # the earlier attempt committed
+            stored = fenced_update(current, record)
+            params = _run_params(stored)
+            attempted.append(str(params[0]))
+            conn.execute(self.sql.put_run, params)
+            self.notify(conn)
+            return stored
+
+    def claim(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        ttl: float,
+        create: RunRecord | None,
+        takeover: int | None,
+    ) -> RunRecord:
+        """Take the run's lease, or raise what the decision refuses with."""
+        while True:
+            try:
+                decision, expires = self._claim(conn, run_id, owner, ttl, create, takeover)
+            except _Created:
+                continue  # the run exists now: decide again, on its locked row
+            # Outside the transaction: what it stored (a recorded cancel
+            # made final) is committed even when the decision refuses.
+            return decision.outcome(None if expires is None else _utc(expires))
+
+    def _claim(
+        self,
+        conn: Any,
+        run_id: str,
+        owner: str,
+        ttl: float,
+        create: RunRecord | None,
+        takeover: int | None,
+    ) -> tuple[ClaimDecision, datetime | None]:
+        """One claim transaction: the decision, and the lease expiry if it claimed."""
+        with conn.transaction():
+            current, _ = self.lock_run(conn, run_id)
+            decision = decide_claim(
+                current, run_id=run_id, owner=owner, create=create, takeover=takeover
+            )
+            expires = None
+            if decision.store is not None:
+                if decision.created:
+                    inserted = conn.execute(
+                        self.sql.insert_run, _run_params(decision.store)
+                    ).fetchone()
+                    if inserted is None:  # created since the lock found no row
+                        raise _Created
+                else:
+                    conn.execute(self.sql.put_run, _run_params(decision.store))
+                if decision.claimed:
+                    (expires,) = conn.execute(self.sql.set_owner, (owner, ttl)).fetchone()
+                self.notify(conn)
+        return decision, expires
+
+    def claim_next(
+        self,
+        conn: Any,
+        retrying: bool,
+        *,
+        owner: str,
+        ttl: float,
+        names: list[str],
+        dead: list[str],
+        max_dispatches: int,
+        attempt: str,
+    ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run, recorded as *attempt*'s."""
+        with conn.transaction():
+            if retrying:
+                found = self._claimed_before(conn, owner, attempt)
+                if found is not None:
+                    return found
+            passed: list[str] = []
+            while True:
+                row = conn.execute(self.sql.dispatchable, (names, dead, passed)).fetchone()
+                if row is None:
+                    return None
+                current = self.read_run(conn, row[0])
+                if current is None or not dispatchable(current, workflows=names, gone=dead):
+                    passed.append(row[0])
+                    continue
+                decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+                conn.execute(self.sql.put_run, _run_params(decision.store))
+                self.notify(conn)
+                if decision.claimed:
+                    (expires,) = conn.execute(
+                        self.sql.set_owner_claim, (owner, ttl, f"{attempt} {current.run_id}")
+                    ).fetchone()
+                    return attrs.evolve(decision.store, lease_expires_at=_utc(expires))
+
+    def _claimed_before(self, conn: Any, owner: str, attempt: str) -> RunRecord | None:
+        """The run an earlier attempt of this ``claim_next`` claimed and still holds."""
+        row = conn.execute(self.sql.last_claim, (owner,)).fetchone()
+        if row is None or row[0] is None or not row[0].startswith(attempt + " "):
+            return None
+        current, _ = self.lock_run(conn, row[0].partition(" ")[2])
+        if current is None or current.owner != owner or current.lease_expires_at is None:
+            return None
+        return current
+
+    def renew(self, conn: Any, owner: str, ttl: float, held: Mapping[str, int]) -> Renewal:
+        """Extend (or, with a zero *ttl*, drop) *owner*'s leases: one row's update."""
+        with conn.transaction():
+            if ttl:
+                conn.execute(self.sql.set_owner, (owner, ttl))
+            else:
+                conn.execute(self.sql.drop_owner, (owner,))
+            rows = conn.execute(self.sql.owned, (owner,)).fetchall()
+        return renewal({r: (t, bool(c)) for r, t, c in rows}, held)
+
+    def cancel_run(self, conn: Any, run_id: str, takeover: int | None) -> RunRecord:
+        """Record a cancel, unless one is recorded; notifies watchers."""
+        with conn.transaction():
+            current, _ = self.lock_run(conn, run_id)
+            record = decide_cancel(current, run_id=run_id, takeover=takeover)
+            if record is None:
+                assert current is not None
+                return current
+            conn.execute(self.sql.put_run, _run_params(record))
+            self.notify(conn)
+            return record
+
+    def notify(self, conn: Any) -> None:
+        conn.execute(self.sql.notify, (self.channel,))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def list_runs(self, conn: Any, selected: RunFilter) -> list[RunRecord]:
+        """The records *selected* picks, in creation order (indexed queries)."""
+        where: list[bytes] = []
+        args: list[object] = []
+        if selected.status is not None:
+            where.append(b"r.status = ANY(%s)")
+            args.append(sorted(s.value for s in selected.status))
+        if selected.workflow is not None:
+            where.append(b"r.workflow = %s")
+            args.append(selected.workflow)
+        if selected.after is not None:
+            where.append(b"r.id > %s")
+        query = self.sql.list_runs
+        if where:
+            query += b" WHERE " + b" AND ".join(where)
+        query += b" ORDER BY r.id"
+        if selected.limit is not None:
+            query += b" LIMIT %s"
+        if selected.after is not None:
+            row = conn.execute(self.sql.run_id_of, (selected.after,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"list_runs(after={selected.after!r}): no such run")
+            args.append(row[0])
+        if selected.limit is not None:
+            args.append(selected.limit)
+        rows = conn.execute(query, args).fetchall()
+        return [self.decode_run(row) for row in rows]
+
+    def load_entries(self, conn: Any, run_id: str) -> list[Entry]:
+        """The run's journal in ``seq`` order, with no seq missing below the highest."""
+        rows = conn.execute(self.sql.load_entries, (run_id,)).fetchall()
+        entries = [self.decode_entry(run_id, seq, data) for seq, data in rows]
+        gap = first_gap([e.seq for e in entries if e.seq is not None])
+        if gap is not None:
+            raise self.corrupt(
+                run_id, f"table entries, seq {gap}", "missing (a later seq is stored)"
+            )
+        return entries
+
+    # -- rows and records ----------------------------------------------------------------
+
+    def lock_run(self, conn: Any, run_id: str) -> tuple[RunRecord | None, str | None]:
+        """The run's record (its row locked until the transaction ends) and its stored text.
+
+        Two statements: the second one's snapshot is taken once the lock is
+        held, so it sees the lease of whoever held the row before.
+        """
+        if conn.execute(self.sql.lock_run, (run_id,)).fetchone() is None:
+            return None, None
+        row = conn.execute(self.sql.get_run, (run_id,)).fetchone()
+        return self.decode_run(row), row[2]
+
+    def read_run(self, conn: Any, run_id: str) -> RunRecord | None:
+        row = conn.execute(self.sql.get_run, (run_id,)).fetchone()
+        return None if row is None else self.decode_run(row)
+
+    def corrupt(self, run_id: object, where: str, problem: str) -> CheckpointCorruptError:
+        return CheckpointCorruptError(
+            f"run {run_id!r}: {self.where}, schema {self.schema!r}, {where}: {problem}"
+        )
+
+    def decode_run(self, row: Sequence[Any]) -> RunRecord:
+        """A runs row (with its owner's expiry) as a record, its lease filled while live."""
+        rowid, run_id, data, expires, live = row
+        where = f"table runs, id {rowid}"
+        if type(data) is not str:
+            raise self.corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
+        try:
+            record = load_run_record(data, run_id)
+        except RecordDecodeError as exc:
+            raise self.corrupt(run_id, where, str(exc)) from None
+        if record.owner is not None and live:
+            record = attrs.evolve(record, lease_expires_at=_utc(expires))
+        return record
+
+    def decode_entry(self, run_id: str, seq: object, data: object) -> Entry:
+        where = f"table entries, seq {seq!r}"
+        if type(seq) is not int:
+            raise self.corrupt(run_id, where, f"column seq holds {type(seq).__name__}")
+        if type(data) is not str:
+            raise self.corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
+        try:
+            return load_entry(data, run_id, seq)
+        except RecordDecodeError as exc:
+            raise self.corrupt(run_id, where, str(exc)) from None

@@ -1,0 +1,284 @@
+"""A PostgreSQL store's group-committing writer: one thread, one transaction per batch.
+
+Appends are queued (:meth:`Writer.queued`) and stored by one thread, which
+takes every append queued while its previous transaction ran and stores
+them in one transaction of a few statements (the run rows locked in
+``run_id`` order, their highest seqs, one ``INSERT ... SELECT FROM
+unnest(...)``). If that fails (most likely an entry that is already
+stored), the batch is redone job by job, each in a savepoint, looking
+duplicates up, so one bad job fails alone. A caller who leaves withdraws
+its job if the writer has not taken it yet; a batch whose every caller
+left is cut (see :class:`._postgres_conn._Call`).
+
+It is separate from the store because it is a small concurrent program of
+its own (a queue, job states shared across threads, a batch in flight) and
+reads best whole.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import queue
+import threading
+import time
+from typing import Any, TypeAlias, final
+
+import attrs
+import trio
+
+from .._errors import LeaseLostError, RunNotFoundError, StoreError, TetherError, UsageError
+from ._leases import check_append
+from ._postgres_conn import Connections, _Abandoned, _Call, _psycopg
+from ._postgres_tables import Tables
+from ._protocol import Entry
+from ._rows import Appending, row_data
+
+__all__ = ("Writer",)
+
+_PENDING, _TAKEN, _WITHDRAWN = 0, 1, 2
+
+
+@attrs.define(eq=False)
+class _Job:
+    """One queued append, for the writer thread."""
+
+    appending: Appending
+    token: trio.lowlevel.TrioToken
+    done: trio.Event = attrs.field(factory=trio.Event)
+    state: int = _PENDING  # guarded by the connections' lock
+    result: list[int | Entry] | None = None
+    error: BaseException | None = None
+
+
+#: What a job of the writer's batch ended with: each entry's new seq (or the
+#: stored entry it equals), or an error.
+_Result: TypeAlias = tuple[list[int | Entry] | None, BaseException | None]
+
+
+def _wake(jobs: list[_Job]) -> None:
+    for job in jobs:
+        job.done.set()
+
+
+@final
+class Writer:
+    """The writer of one store: its queue, its thread while the store is open, its batches.
+
+    Args:
+        conns: the store's connections (their lock guards the jobs' states
+            and :attr:`inflight`; :attr:`Connections.is_open` says whether
+            appends are taken).
+        tables: the store's tables.
+    """
+
+    def __init__(self, conns: Connections, tables: Tables) -> None:
+        self._conns = conns
+        self._tables = tables
+        self._label = conns.label
+        self.queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.call = _Call()
+        self.hard_stop = threading.Event()
+        self.inflight: list[_Job] = []  # the batch being committed, guarded by the lock
+        # Test hooks: the sizes (in appends) of the writer's latest batches.
+        self.batches: collections.deque[int] = collections.deque(maxlen=1000)
+
+    def start(self) -> None:
+        """Start the thread (the store is open: appends are taken)."""
+        self.call = _Call()
+        self.hard_stop.clear()
+        self.thread = threading.Thread(
+            target=self._loop, name=f"tether {self._label} writer", daemon=True
+        )
+        self.thread.start()
+
+    def stop(self, thread: threading.Thread, deadline: float, hurry: threading.Event) -> None:
+        """Commit what is queued and end *thread*; past *deadline* (or *hurry*), cut its batch.
+
+        Blocking: for a thread of the store's ``close``, once appends are no
+        longer taken.
+        """
+        self.queue.put(None)
+        while thread.is_alive() and time.monotonic() < deadline and not hurry.is_set():
+            thread.join(0.05)
+        if thread.is_alive():
+            self.hard_stop.set()  # what is still queued fails without the database
+            self._conns.cut(self.call)
+            thread.join()
+
+    async def queued(self, appending: Appending, what: str) -> list[int | Entry]:
+        """Queue *appending* for the writer and wait for it (one attempt)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        conns = self._conns
+        if not conns.is_open:
+            await trio.lowlevel.checkpoint()
+            raise UsageError(f"{what}: {self._label} is not open")
+        job = _Job(appending, trio.lowlevel.current_trio_token())
+        with conns.lock:
+            if not conns.is_open:  # closed since the check above (no checkpoint between)
+                raise UsageError(f"{what}: {self._label} is not open")
+            self.queue.put(job)
+        try:
+            await job.done.wait()
+        except BaseException:
+            with conns.lock:
+                # Pending: the writer will skip it (not stored). Taken: it may
+                # still commit, which a retry of the same entries finds.
+                job.state = _WITHDRAWN
+                if self.inflight and all(j.state == _WITHDRAWN for j in self.inflight):
+                    # Nobody waits for this batch: cut it rather than let a
+                    # hung database hold up every append queued behind it.
+                    conns.cut_locked(self.call)
+            raise
+        if job.error is not None:
+            error, job.error = job.error, None
+            if isinstance(error, _Abandoned):
+                raise StoreError(f"{what}: {self._label} was closed before the write") from None
+            raise error
+        assert job.result is not None
+        return job.result
+
+    def _loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self.queue.get()
+            batch: list[_Job] = []
+            if first is None:
+                stopping = True
+            else:
+                batch.append(first)
+            while not stopping:
+                try:
+                    job = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                else:
+                    batch.append(job)
+            with self._conns.lock:
+                taken = [j for j in batch if j.state == _PENDING]
+                for j in taken:
+                    j.state = _TAKEN
+                self.inflight = taken
+                if not self.hard_stop.is_set():
+                    self.call.abandoned = False  # a cut batch is over; this one is new
+            if taken:
+                self._commit(taken)
+
+    def _commit(self, jobs: list[_Job]) -> None:
+        """Store *jobs* in one transaction and wake their waiters."""
+        psycopg, _ = _psycopg()
+        results: list[_Result]
+        call = self.call
+        try:
+            conn = self._conns.checkout(call)
+            try:
+                try:
+                    with conn.transaction():
+                        results = self._batch(conn, jobs)
+                except (psycopg.IntegrityError, psycopg.DataError, ValueError, TypeError):
+                    # Most likely an entry equal to a stored one (UNIQUE (run_id,
+                    # ikey)): redo the batch job by job, each in a savepoint, with
+                    # the duplicate lookups, so that a failing job fails alone.
+                    with conn.transaction():
+                        results = self._jobs(conn, jobs)
+            finally:
+                self._conns.checkin(call, conn)
+        except Exception as exc:  # the connection or the commit failed: every job did
+            results = [(None, exc)] * len(jobs)
+        self.batches.append(len(jobs))
+        with self._conns.lock:
+            self.inflight = []
+        by_token: dict[trio.lowlevel.TrioToken, list[_Job]] = {}
+        for job, (result, error) in zip(jobs, results, strict=True):
+            job.result, job.error = result, error
+            by_token.setdefault(job.token, []).append(job)
+        for token, waiters in by_token.items():
+            # RunFinishedError: that Trio run is over, so nobody waits for these.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(_wake, waiters)
+
+    def _batch(self, conn: Any, jobs: list[_Job]) -> list[_Result]:
+        """The fast path: a few statements for the whole batch, no duplicate lookups."""
+        sql = self._tables.sql
+        run_ids = sorted({job.appending.run_id for job in jobs})
+        fences = {
+            r: (owner, token)
+            for r, owner, token in conn.execute(sql.lock_fences, (run_ids,)).fetchall()
+        }
+        last = dict(conn.execute(sql.last_seqs, (run_ids,)).fetchall())
+        cols: tuple[list[str], list[int], list[str], list[str]] = ([], [], [], [])
+        results: list[_Result] = []
+        for job in jobs:
+            appending = job.appending
+            run_id = appending.run_id
+            fence = fences.get(run_id)
+            if fence is None:
+                results.append((None, self._no_run(run_id)))
+                continue
+            try:
+                check_append(run_id, appending.entries, token=fence[1], owner=fence[0])
+            except LeaseLostError as exc:
+                results.append((None, exc))
+                continue
+            seq = last.get(run_id) or 0
+            seqs: list[int | Entry] = []
+            for i, ikey in enumerate(appending.ikeys):
+                seq += 1
+                cols[0].append(run_id)
+                cols[1].append(seq)
+                cols[2].append(ikey)
+                cols[3].append(row_data(appending, i, seq))
+                seqs.append(seq)
+            last[run_id] = seq
+            results.append((seqs, None))
+        if cols[0]:
+            conn.execute(sql.insert_entries, cols)
+        return results
+
+    def _jobs(self, conn: Any, jobs: list[_Job]) -> list[_Result]:
+        """The slow path: job by job, each in a savepoint, locking runs in ``run_id`` order."""
+        psycopg, _ = _psycopg()
+        results: list[_Result] = [(None, None)] * len(jobs)
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i].appending.run_id)
+        for i in order:
+            try:
+                with conn.transaction():
+                    results[i] = (self._append_one(conn, jobs[i].appending), None)
+            except (
+                TetherError,
+                psycopg.IntegrityError,
+                psycopg.DataError,
+                ValueError,
+                TypeError,
+            ) as exc:
+                results[i] = (None, exc)  # this job's writes are undone; the others commit
+        return results
+
+    def _append_one(self, conn: Any, appending: Appending) -> list[int | Entry]:
+        sql = self._tables.sql
+        run_id = appending.run_id
+        row = conn.execute(sql.lock_fences, ([run_id],)).fetchone()
+        if row is None:
+            raise self._no_run(run_id)
+        _, owner, token = row
+        check_append(run_id, appending.entries, token=token, owner=owner)
+        ((_, last),) = conn.execute(sql.last_seqs, ([run_id],)).fetchall()
+        last = last or 0
+        stored: list[int | Entry] = []
+        for i, ikey in enumerate(appending.ikeys):
+            twin = conn.execute(sql.twin, (run_id, ikey)).fetchone()
+            if twin is not None:
+                stored.append(self._tables.decode_entry(run_id, *twin))
+                continue
+            last += 1
+            conn.execute(sql.insert_entry, (run_id, last, ikey, row_data(appending, i, last)))
+            stored.append(last)
+        return stored
+
+    def _no_run(self, run_id: str) -> RunNotFoundError:
+        return RunNotFoundError(
+            f"cannot append to run {run_id!r}: it is not stored in {self._label}"
+        )
