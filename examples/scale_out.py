@@ -52,10 +52,12 @@ async def fulfil(order_id: str) -> list[str]:
 
 async def serve(store: tether.stores.Store) -> None:
     with trio.open_signal_receiver(signal.SIGTERM) as signals:
-        async with tether.open_engine(store, lease_ttl=5.0) as engine:
-            async with tether.open_worker(engine, concurrency=4):
-                async for _ in signals:
-                    break  # leaving the block drains: claiming stops, held runs are released
+        async with (
+            tether.open_engine(store, lease_ttl=5.0) as engine,
+            tether.open_worker(engine, concurrency=4),
+        ):
+            async for _ in signals:
+                break  # leaving the block drains: claiming stops, held runs are released
 
 
 async def submit_and_wait(store: tether.stores.Store, orders: list[str]) -> None:
