@@ -381,3 +381,31 @@ def test_the_command_line_shows_queued_and_dead_letter_runs(tmp_path: Path) -> N
     out = io.StringIO()
     assert main(["runs", "show", "waiting", "--store", spec], out=out) == 0
     assert "dead_letter — its workers died 1 times" in out.getvalue()
+
+
+async def test_workflows_limits_what_a_worker_claims_and_runs_those_objects(
+    store: Store, autojump_clock: trio.abc.Clock
+) -> None:
+    async def impostor_body(n: int) -> int:
+        return -1
+
+    # Another workflow defined later under the same name: by name, the
+    # registry now finds it; a worker given the real one runs that.
+    impostor = tether.workflow(name="tests.worker.sum")(impostor_body)
+    try:
+        async with tether.open_engine(store) as submitter:
+            await submitter.submit(summing, 1, run_id="named")
+            await submitter.submit(failing, 1, run_id="other")
+        async with tether.open_engine(_another(store)) as engine:
+            async with tether.open_worker(engine, workflows=[summing]) as worker:
+                assert await engine.wait("named", timeout=30) == 6
+                await trio.sleep(3)
+            assert worker.claimed == 1
+            info = await engine.get_run("other")
+            assert info is not None and info.status is RunStatus.QUEUED
+            with pytest.raises(tether.UsageError, match="workflows="):
+                async with tether.open_worker(engine, workflows=[]):
+                    pass
+    finally:
+        tether.workflow(name="tests.worker.sum")(summing.fn)
+    assert impostor is not summing

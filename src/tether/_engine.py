@@ -722,6 +722,10 @@ class Engine:
                 raise
             return await self._execute(wf, record, args, provided={}, original=record)
 
+    def define(self, wf: Workflow[..., Any]) -> None:
+        """Execute runs named ``wf.name`` as *wf* in this engine (for :mod:`._worker`)."""
+        self._workflows[wf.name] = wf
+
     def workflow_names(self) -> frozenset[str]:
         """The workflows this engine can execute: those defined in this process."""
         return registered_names() | self._workflows.keys()

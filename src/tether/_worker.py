@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
@@ -39,6 +39,7 @@ from ._errors import LeaseLostError, RunCancelledError, TetherError, UsageError
 from ._nurseries import exit_nursery
 from ._ownership import owner_is_gone
 from ._requests import Paused
+from ._workflow import Workflow
 from .stores._protocol import WORKER_METHODS, RunRecord, RunStatus
 from .stores._queue import check_max_dispatches
 
@@ -59,6 +60,8 @@ class Worker:
     max_dispatches: int
     poll_interval: float
     grace: float
+    #: the workflow names it claims runs of (empty: every one defined in its process)
+    workflows: frozenset[str] = frozenset()
     #: run ids this worker executes now
     running: set[str] = attrs.field(factory=set)
     #: runs claimed since the worker started
@@ -117,7 +120,7 @@ class Worker:
         retried at the next poll, never raised.
         """
         engine = self.engine
-        names = engine.workflow_names()
+        names = self.workflows or engine.workflow_names()
         if not names:
             await trio.lowlevel.checkpoint()
             return None
@@ -214,6 +217,7 @@ async def open_worker(
     max_dispatches: int = 5,
     poll_interval: float = 1.0,
     grace: float = 0.0,
+    workflows: Iterable[Workflow[..., Any]] | None = None,
 ) -> AsyncIterator[Worker]:
     """In the background of the block, claim queued and orphaned runs and execute them.
 
@@ -242,6 +246,10 @@ async def open_worker(
         poll_interval: seconds between looks at the queue when nothing wakes it.
         grace: on leaving the block, seconds the held runs get to finish
             before they are cancelled.
+        workflows: the workflows this worker executes, and the only ones it
+            claims runs of, executed as these objects (even where another
+            workflow of the same name is defined). Default: every workflow
+            defined in this process, found by name.
 
     Leaving the block stops claiming, waits up to *grace*, then cancels the
     runs still held as a caller cancellation (prompt, no status written) and
@@ -261,8 +269,18 @@ async def open_worker(
         )
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UsageError(f"concurrency must be a positive integer, not {concurrency!r}")
+    served: list[Workflow[..., Any]] = []
+    for wf in workflows or ():
+        if not isinstance(wf, Workflow):
+            raise UsageError(f"open_worker(workflows=) takes @tether.workflow objects, not {wf!r}")
+        served.append(wf)
+    if workflows is not None and not served:
+        raise UsageError("open_worker(workflows=) names no workflow: it would claim nothing")
+    for wf in served:
+        engine.define(wf)
     worker = Worker(
         engine=engine,
+        workflows=frozenset(wf.name for wf in served),
         concurrency=concurrency,
         max_dispatches=check_max_dispatches(max_dispatches),
         poll_interval=_check("poll_interval", poll_interval, positive=True),

@@ -232,7 +232,10 @@ class Process:
                         engine.changes.follow, self.faulty.watch, name=f"{self.name} changes"
                     )
                     async with open_worker(
-                        engine, concurrency=options.concurrency, poll_interval=options.poll_interval
+                        engine,
+                        concurrency=options.concurrency,
+                        poll_interval=options.poll_interval,
+                        workflows=[options.workflow],
                     ):
                         await self.stop.wait()
                     await engine.leases.close()
