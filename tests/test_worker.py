@@ -297,7 +297,13 @@ async def test_open_worker_refuses_bad_arguments_and_stores_without_claim_next()
     from ._stores import InlineSlowStore
 
     async with tether.open_engine(tether.MemoryStore()) as engine:
-        for kwargs in ({"concurrency": 0}, {"max_dispatches": 0}, {"poll_interval": 0}):
+        bad: list[dict[str, Any]] = [
+            {"concurrency": 0},
+            {"max_dispatches": 0},
+            {"poll_interval": 0},
+            {"workflows": [42]},
+        ]
+        for kwargs in bad:
             with pytest.raises(tether.UsageError):
                 async with tether.open_worker(engine, **kwargs):
                     pass
