@@ -34,6 +34,7 @@ bench:
     python benchmarks/resume_scaling.py
     python benchmarks/deterministic.py
     python benchmarks/leases.py
+    python benchmarks/regression.py
     python benchmarks/postgres.py
 
 # format the code

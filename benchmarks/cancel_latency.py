@@ -2,30 +2,53 @@
 
 Run: ``python benchmarks/cancel_latency.py [--quick]``
 
-Each sample starts a workflow whose ``parallel()`` block runs N trivial
-steps; every ``store.append`` hangs forever (``FaultyStore`` + ``Hang``), so
-all N saves sit in their shielded scopes. Once all N are hanging, the
-caller's cancel scope is cancelled (``t0``) and the time until that scope has
-exited in the caller's task (``t1``) is the latency. The real clock is used
-(no ``MockClock``).
+Each tether sample starts a workflow whose ``parallel()`` block runs N
+trivial steps; every ``store.append`` hangs forever (``FaultyStore`` +
+``Hang``), so every completed step waits for a save that never ends. The
+real clock is used (no ``MockClock``); gc is enabled, with ``gc.collect()``
+before each sample.
 
-Baselines measured in the same run, interleaved sample by sample:
+Part 1, explicit cancellation. Once every task is blocked, the caller's
+cancel scope is cancelled (``t0``); the latency is the time until that scope
+has exited in the caller's task (``t1``). Baselines, interleaved sample by
+sample:
 
 * ``bare trio``: the floor. A cancel scope around a nursery of N tasks that
   each ``await trio.sleep_forever()``.
-* ``trio shield+watcher``: the same nursery shape tether uses, without
-  tether: a guard nursery whose waiting task is the watcher, a run nursery
-  with N tasks each sleeping inside ``CancelScope(shield=True)``; on the
-  caller's cancellation the watcher cancels every shield.
+* ``trio shield+watcher``: tether's first shape in plain trio: a guard
+  nursery whose waiting task is the watcher, a run nursery with N tasks each
+  sleeping inside ``CancelScope(shield=True)``; on the caller's cancellation
+  the watcher cancels every shield.
 
+Part 2, a caller deadline, measured as the peers measure it: the body runs
+under ``trio.move_on_at(start + D)``; the overshoot is the time from the
+deadline until the scope has exited. Against:
+
+* ``bare trio``: the same nursery of N ``sleep_forever`` tasks under the
+  same deadline (interleaved with tether, sample by sample);
+* ``bare asyncio``: ``asyncio.timeout_at(start + D)`` around an
+  ``asyncio.TaskGroup`` of N tasks each awaiting a future that never
+  completes, in a subprocess of its own (same interpreter, same machine),
+  run in chunks alternated with the trio chunks.
+
+Both event loops sleep in ``epoll`` with millisecond resolution, so each
+overshoot includes up to a millisecond of timer rounding, which depends on
+where the deadline falls on the millisecond grid of the sleep that ends at
+it. Each deadline gets a random jitter of up to a millisecond, so every
+implementation sees the same spread of rounding, whatever its setup costs.
 Timing is reported, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+import json
 import math
+import os
+import random
+import subprocess
 import sys
 import time
 from typing import Protocol
@@ -37,12 +60,20 @@ import tether
 import tether.testing
 from _env import print_environment
 
-TARGET_MS = 0.5  # p99 within this many ms of bare trio
+TARGET_MS = 0.5  # part 1 and part 2 at N=1: p99 within this many ms of bare trio
+TARGET_RATIO = 1.3  # part 2 at N=100 and N=1000: p50 overshoot at most this x bare trio
 READY_TIMEOUT = 60.0  # seconds to wait for the N saves to hang before calling it a bug
+DEADLINE = 0.1  # part 2: seconds from a sample's start to the caller's deadline...
+JITTER = 1e-3  # ...plus up to this much, at random (see the module doc)
+
+completed = 0  # steps of the fan-out that returned (their saves then hang)
+_jitter = random.Random(13)  # a deadline's place on the millisecond grid
 
 
 @tether.step
 async def trivial(i: int) -> int:
+    global completed
+    completed += 1
     return i
 
 
@@ -54,7 +85,7 @@ async def fanout(n: int) -> int:
     return n
 
 
-# -- one sample ---------------------------------------------------------------
+# -- the shapes -------------------------------------------------------------------
 
 
 class Shape(Protocol):
@@ -64,38 +95,10 @@ class Shape(Protocol):
         """Forget the previous sample (called before the body starts)."""
 
     def ready(self) -> bool:
-        """Every task of the body is now blocked where the benchmark wants it."""
+        """Every task of the body has reached the point where the benchmark wants it."""
 
     async def body(self) -> None:
         """What runs inside the caller's cancel scope."""
-
-
-async def sample(shape: Shape) -> float:
-    """Run the shape's body in the caller's cancel scope; once ready, cancel; seconds to exit."""
-    shape.reset()
-    body, ready = shape.body, shape.ready
-    cs = trio.CancelScope()
-    t1 = math.nan
-
-    async def caller() -> None:
-        nonlocal t1
-        with cs:
-            await body()
-        t1 = time.perf_counter()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(caller)
-        with trio.fail_after(READY_TIMEOUT):
-            while not ready():
-                await trio.testing.wait_all_tasks_blocked()
-        t0 = time.perf_counter()
-        cs.cancel()
-    if not cs.cancelled_caught:
-        raise RuntimeError("the body returned without being cancelled")
-    return t1 - t0
-
-
-# -- the three shapes -----------------------------------------------------------
 
 
 class Bare:
@@ -124,7 +127,7 @@ class Bare:
 
 
 class ShieldWatcher:
-    """tether's nursery shape in plain trio: guard nursery, watcher, shielded sleepers."""
+    """tether's first nursery shape in plain trio: guard nursery, watcher, shielded sleepers."""
 
     name = "trio shield+watcher"
 
@@ -182,25 +185,157 @@ class Tether:
 
     name = "tether engine.run"
 
-    def __init__(self, n: int, engine: tether.Engine, store: tether.testing.FaultyStore) -> None:
+    def __init__(self, n: int, engine: tether.Engine) -> None:
         self.n = n
         self.engine = engine
-        self.store = store
-        self.before = 0
         self.count = 0
 
     def reset(self) -> None:
-        self.before = self.store.calls["append"]
+        global completed
+        completed = 0
         self.count += 1
 
     def ready(self) -> bool:
-        return self.store.calls["append"] - self.before >= self.n
+        return completed >= self.n
 
     async def body(self) -> None:
         await self.engine.run(fanout, self.n, run_id=f"cancel-latency-{self.n}-{self.count}")
 
 
-# -- statistics and output ----------------------------------------------------------
+def hanging_store() -> tether.testing.FaultyStore:
+    store = tether.testing.FaultyStore(tether.MemoryStore())
+    store.inject("append", tether.testing.Hang())
+    return store
+
+
+# -- part 1: explicit cancellation --------------------------------------------------
+
+
+async def cancel_sample(shape: Shape) -> float:
+    """Run the shape's body in the caller's cancel scope; once ready, cancel; seconds to exit."""
+    shape.reset()
+    body, ready = shape.body, shape.ready
+    cs = trio.CancelScope()
+    t1 = math.nan
+
+    async def caller() -> None:
+        nonlocal t1
+        with cs:
+            await body()
+        t1 = time.perf_counter()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller)
+        with trio.fail_after(READY_TIMEOUT):
+            while True:
+                # Blocked *and* ready: the last task has parked, not only started.
+                await trio.testing.wait_all_tasks_blocked()
+                if ready():
+                    break
+        t0 = time.perf_counter()
+        cs.cancel()
+    if not cs.cancelled_caught:
+        raise RuntimeError("the body returned without being cancelled")
+    return t1 - t0
+
+
+async def part1_size(n: int, iters: int, engine: tether.Engine) -> list[tuple[str, list[float]]]:
+    shapes: list[Shape] = [Bare(n), ShieldWatcher(n), Tether(n, engine)]
+    results: list[list[float]] = [[] for _ in shapes]
+    warmup = min(5, iters)
+    for i in range(warmup + iters):
+        for shape, out in zip(shapes, results, strict=True):
+            gc.collect()
+            latency = await cancel_sample(shape)
+            if i >= warmup:
+                out.append(latency)
+    return [(shape.name, out) for shape, out in zip(shapes, results, strict=True)]
+
+
+# -- part 2: a caller deadline --------------------------------------------------------
+
+
+async def deadline_sample(shape: Shape) -> float:
+    """Seconds from the caller's deadline (start + DEADLINE) until its scope has exited."""
+    shape.reset()
+    deadline = trio.current_time() + DEADLINE + _jitter.random() * JITTER
+    with trio.move_on_at(deadline) as cs:
+        await shape.body()
+    t1 = trio.current_time()
+    if not cs.cancelled_caught:
+        raise RuntimeError("the body returned without being cancelled")
+    if not shape.ready():
+        raise RuntimeError(f"{shape.name}: a task was not waiting by the deadline; raise DEADLINE")
+    return t1 - deadline
+
+
+async def trio_chunk(
+    n: int, samples: int, engine: tether.Engine, out: dict[str, list[float]]
+) -> None:
+    shapes: list[Shape] = [Bare(n), Tether(n, engine)]
+    for _ in range(samples):
+        for shape in shapes:
+            gc.collect()
+            out.setdefault(shape.name, []).append(await deadline_sample(shape))
+
+
+async def asyncio_sample(n: int) -> float:
+    """One bare asyncio sample: seconds from the deadline until the timeout block exited."""
+    loop = asyncio.get_running_loop()
+
+    async def hang() -> None:
+        await loop.create_future()  # never completes: a hung call
+
+    deadline = loop.time() + DEADLINE + _jitter.random() * JITTER
+    try:
+        async with asyncio.timeout_at(deadline), asyncio.TaskGroup() as group:
+            for _ in range(n):
+                group.create_task(hang())
+    except TimeoutError:
+        pass
+    else:
+        raise RuntimeError("the task group returned without being cancelled")
+    return loop.time() - deadline
+
+
+async def asyncio_worker(n: int, samples: int, warmup: int) -> list[float]:
+    out = []
+    for i in range(warmup + samples):
+        gc.collect()
+        overshoot = await asyncio_sample(n)
+        if i >= warmup:
+            out.append(overshoot)
+    return out
+
+
+def run_asyncio(n: int, samples: int, warmup: int) -> list[float]:
+    """Bare asyncio samples from a subprocess of this interpreter (its own event loop)."""
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--asyncio-worker", f"{n},{samples},{warmup}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the asyncio worker failed:\n{proc.stderr}")
+    result: list[float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def part2_size(
+    n: int, samples: int, chunks: int, engine: tether.Engine
+) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    await trio_chunk(n, min(3, samples), engine, {})  # warm up
+    per_chunk = [samples // chunks + (1 if i < samples % chunks else 0) for i in range(chunks)]
+    for size in per_chunk:  # alternated chunks: drift hits every implementation alike
+        asyncio_samples = await trio.to_thread.run_sync(run_asyncio, n, size, 2)
+        out.setdefault("bare asyncio TaskGroup", []).extend(asyncio_samples)
+        await trio_chunk(n, size, engine, out)
+    return out
+
+
+# -- statistics and output ------------------------------------------------------------
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -209,98 +344,137 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def header(quick: bool, plan: list[tuple[int, int]]) -> None:
-    print("tether benchmark: caller-cancellation latency with every journal save hanging")
-    print(
-        "measures: time from cancelling the caller's cancel scope around engine.run() until\n"
-        "          that scope has exited, with N parallel steps all hanging in store.append\n"
-        "          (FaultyStore(MemoryStore()) + Hang); real clock, gc enabled, gc.collect()\n"
-        "          before each sample"
-    )
-    print_environment(quick)
-    print(f"target:   tether p99 within {TARGET_MS} ms of bare trio (the floor)")
-    plan_text = ", ".join(f"N={n}: {iters}" for n, iters in plan)
-    print(f"samples:  {plan_text}{' (--quick)' if quick else ''}; p99 is nearest-rank")
-    print()
-
-
 def ms_percentiles(values: list[float]) -> tuple[float, float]:
     v = sorted(x * 1e3 for x in values)
     return percentile(v, 50), percentile(v, 99)
 
 
-def verdict(n: int, measured: list[tuple[str, list[float]]]) -> str:
+def row(n: int, name: str, values: list[float], floor: list[float] | None) -> str:
+    v = sorted(x * 1e3 for x in values)
+    p50, p99, worst = percentile(v, 50), percentile(v, 99), v[-1]
+    if floor is None:
+        rest = f"{'-':>9} {'-':>9} {'-':>8} {'-':>8}"
+    else:
+        f50, f99 = ms_percentiles(floor)
+        rest = f"{p50 - f50:>+9.3f} {p99 - f99:>+9.3f} {p50 / f50:>7.2f}x {p99 / f99:>7.2f}x"
+    return f"{n:>5} {name:<23} {len(v):>5} {p50:>8.3f} {p99:>8.3f} {worst:>8.3f} {rest}"
+
+
+COLUMNS = (
+    f"{'N':>5} {'implementation':<23} {'iters':>5} {'p50 ms':>8} {'p99 ms':>8} "
+    f"{'max ms':>8} {'d p50 ms':>9} {'d p99 ms':>9} {'p50 x':>8} {'p99 x':>8}"
+)
+
+
+def part1_verdict(n: int, measured: list[tuple[str, list[float]]]) -> str:
     (_, bare), (_, shield), (_, teth) = measured
     _, b99 = ms_percentiles(bare)
     s50, s99 = ms_percentiles(shield)
     t50, t99 = ms_percentiles(teth)
     ok = "within" if t99 - b99 <= TARGET_MS else "NOT within"
     return (
-        f"N={n:<4}: tether p99 {t99 - b99:+.3f} ms vs bare trio ({ok} {TARGET_MS} ms); "
-        f"vs trio shield+watcher p50 {t50 - s50:+.3f} ms, p99 {t99 - s99:+.3f} ms "
-        f"({(t99 - b99) / n * 1e3:.1f} us/step over bare at p99)"
+        f"part 1, N={n:<4}: tether p99 {t99 - b99:+.3f} ms vs bare trio ({ok} {TARGET_MS} ms); "
+        f"vs trio shield+watcher p50 {t50 - s50:+.3f} ms, p99 {t99 - s99:+.3f} ms"
     )
 
 
-def row(n: int, name: str, iters: int, values: list[float], floor: list[float] | None) -> str:
-    v = sorted(x * 1e3 for x in values)
-    p50, p99, worst = percentile(v, 50), percentile(v, 99), v[-1]
-    if floor is None:
-        rest = f"{'-':>9} {'-':>9} {'-':>8} {'-':>8}"
+def part2_verdict(n: int, measured: dict[str, list[float]]) -> str:
+    b50, b99 = ms_percentiles(measured[Bare.name])
+    t50, t99 = ms_percentiles(measured[Tether.name])
+    a50, _ = ms_percentiles(measured["bare asyncio TaskGroup"])
+    if n == 1:
+        ok = "within" if t99 - b99 <= TARGET_MS else "NOT within"
+        return (
+            f"part 2, N={n:<4}: tether overshoot p99 {t99 - b99:+.3f} ms vs bare trio "
+            f"({ok} {TARGET_MS} ms); p50 {t50 / b50:.2f}x bare trio, {t50 / a50:.2f}x bare asyncio"
+        )
+    ok = "meets" if t50 / b50 <= TARGET_RATIO else "does NOT meet"
+    line = (
+        f"part 2, N={n:<4}: tether overshoot p50 {t50:.3f} ms = {t50 / b50:.2f}x bare trio "
+        f"({ok} <= {TARGET_RATIO}x)"
+    )
+    if n == 100:
+        below = "below" if t50 < a50 else "NOT below"
+        line += f"; {t50 / a50:.2f}x bare asyncio TaskGroup ({below} it)"
     else:
-        f = sorted(x * 1e3 for x in floor)
-        f50, f99 = percentile(f, 50), percentile(f, 99)
-        rest = f"{p50 - f50:>+9.3f} {p99 - f99:>+9.3f} {p50 / f50:>7.2f}x {p99 / f99:>7.2f}x"
-    return f"{n:>5} {name:<22} {iters:>5} {p50:>8.3f} {p99:>8.3f} {worst:>8.3f} {rest}"
+        line += f"; {t50 / a50:.2f}x bare asyncio TaskGroup"
+    return line
 
 
-# -- main ------------------------------------------------------------------------
+def header(quick: bool, plan1: list[tuple[int, int]], plan2: list[tuple[int, int]]) -> None:
+    print("tether benchmark: caller-cancellation latency with every journal save hanging")
+    print(
+        "measures: time from the caller's cancellation (part 1: cancel(); part 2: a deadline)\n"
+        "          until its scope around engine.run() has exited, with N parallel steps all\n"
+        "          waiting for a save that hangs (FaultyStore(MemoryStore()) + Hang); real\n"
+        "          clock, gc enabled, gc.collect() before each sample"
+    )
+    print_environment(quick)
+    print(
+        f"target:   part 1 and part 2 at N=1: tether p99 within {TARGET_MS} ms of bare trio;\n"
+        f"          part 2 at N=100 and N=1000: p50 overshoot <= {TARGET_RATIO}x bare trio, and "
+        "below bare asyncio at N=100"
+    )
+    text1 = ", ".join(f"N={n}: {iters}" for n, iters in plan1)
+    text2 = ", ".join(f"N={n}: {iters}" for n, iters in plan2)
+    print(f"samples:  part 1 {text1}; part 2 {text2}{' (--quick)' if quick else ''}")
+    print("          p99 is nearest-rank")
+    print()
 
 
-async def run_size(
-    n: int, iters: int, engine: tether.Engine, store: tether.testing.FaultyStore
-) -> list[tuple[str, list[float]]]:
-    shapes: list[Shape] = [Bare(n), ShieldWatcher(n), Tether(n, engine, store)]
-    results: list[list[float]] = [[] for _ in shapes]
-    warmup = min(5, iters)
-    for i in range(warmup + iters):
-        for shape, out in zip(shapes, results, strict=True):
-            gc.collect()
-            latency = await sample(shape)
-            if i >= warmup:
-                out.append(latency)
-    return [(shape.name, out) for shape, out in zip(shapes, results, strict=True)]
+# -- main ----------------------------------------------------------------------------------
 
 
 async def main(quick: bool) -> None:
-    plan = [(1, 30), (100, 20), (1000, 5)] if quick else [(1, 300), (100, 200), (1000, 50)]
-    header(quick, plan)
-    store = tether.testing.FaultyStore(tether.MemoryStore())
-    store.inject("append", tether.testing.Hang())
-    print(
-        f"{'N':>5} {'implementation':<22} {'iters':>5} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'max ms':>8} {'d p50 ms':>9} {'d p99 ms':>9} {'p50 x':>8} {'p99 x':>8}"
-    )
-    print("-" * 105)
+    plan1 = [(1, 30), (100, 20), (1000, 5)] if quick else [(1, 300), (100, 200), (1000, 50)]
+    plan2 = [(1, 20), (100, 10), (1000, 5)] if quick else [(1, 200), (100, 60), (1000, 30)]
+    chunks = 1 if quick else 4
+    header(quick, plan1, plan2)
     verdicts: list[str] = []
-    async with tether.open_engine(store) as engine:
-        for n, iters in plan:
-            measured = await run_size(n, iters, engine, store)
+    async with tether.open_engine(hanging_store()) as engine:
+        print("part 1: latency of an explicit cancel(), every task blocked")
+        print(COLUMNS)
+        print("-" * len(COLUMNS))
+        for n, iters in plan1:
+            measured = await part1_size(n, iters, engine)
             floor = measured[0][1]
             for name, values in measured:
-                print(row(n, name, iters, values, None if values is floor else floor), flush=True)
+                print(row(n, name, values, None if values is floor else floor), flush=True)
             print()
-            verdicts.append(verdict(n, measured))
-    print("d = implementation - bare trio; x = implementation / bare trio")
+            verdicts.append(part1_verdict(n, measured))
+        print(f"part 2: overshoot past a caller deadline {DEADLINE:g} s after the start")
+        print(COLUMNS)
+        print("-" * len(COLUMNS))
+        for n, samples in plan2:
+            measured2 = await part2_size(n, samples, chunks, engine)
+            floor = measured2[Bare.name]
+            for name in (Bare.name, Tether.name, "bare asyncio TaskGroup"):
+                values = measured2[name]
+                print(row(n, name, values, None if values is floor else floor), flush=True)
+            print()
+            verdicts.append(part2_verdict(n, measured2))
+    print(
+        "d = implementation - bare trio; x = implementation / bare trio; part 2: asyncio in a\n"
+        f"subprocess, {chunks} chunk(s) alternated with the trio samples"
+    )
     print()
     for line in verdicts:
         print(line)
 
 
+def worker_main(spec: str) -> None:
+    n, samples, warmup = (int(x) for x in spec.split(","))
+    print(json.dumps(asyncio.run(asyncio_worker(n, samples, warmup))))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="few samples: a smoke run")
+    parser.add_argument("--asyncio-worker", help=argparse.SUPPRESS)  # part 2's subprocess
     ns = parser.parse_args()
-    if sys.flags.optimize:
-        print("note: running with -O")
-    trio.run(main, ns.quick)
+    if ns.asyncio_worker is not None:
+        worker_main(ns.asyncio_worker)
+    else:
+        if sys.flags.optimize:
+            print("note: running with -O")
+        trio.run(main, ns.quick)

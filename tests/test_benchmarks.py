@@ -12,7 +12,14 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 #: each benchmark, and lines of its --quick output that show it measured what it says
 EXPECTED = {
-    "cancel_latency.py": ("bare trio", "target"),
+    "cancel_latency.py": (
+        "bare trio",
+        "target",
+        "part 1: latency of an explicit cancel()",
+        "part 2: overshoot past a caller deadline",
+        "bare asyncio TaskGroup",
+        "part 2, N=100 : tether overshoot p50",
+    ),
     "deterministic.py": ("trio.run ms", "seeded ms", "trial ms", "trials/s"),
     "leases.py": (
         "target",
@@ -36,15 +43,17 @@ EXPECTED = {
         "SQLite FULL (baseline)",
         "group commit at W=100:",
     ),
-    "step_overhead.py": ("plain", "target"),
+    "step_overhead.py": ("plain", "target", "in trio checkpoints", "parallel x100"),
     "store_throughput.py": (
         "target",
-        "part 1: committed steps/s",
+        "part 1: committed steps/s, group commit vs one commit per save",
         "part 2: latency of one durable sequential step",
-        "MemoryStore (baseline)",
-        "SQLite FULL",
-        "group commit at W=100:",
+        "append alone",
+        "group commit at W=100 on sqlite full:",
+        "group commit at W=100 on file:",
+        "durable sequential step on sqlite full:",
     ),
+    "regression.py": ("target", "now/before", "resume memory", "throughput sqlite full"),
     "resume_scaling.py": (
         "target",
         "part 1: resume by journal size",

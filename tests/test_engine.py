@@ -267,7 +267,8 @@ async def test_caller_cancellation_is_prompt_with_a_hung_store(
         async with tether.open_engine(store) as engine:
             await style(engine, n)
             assert trio.current_time() == 0.2  # exactly: not save_timeout, not later
-            assert store.calls["append"] == n  # every save was in flight
+            # every save was in flight: the n steps' records, in one append (per save)
+            assert store.calls["append"] == n
             info = await engine.get_run("slow")
             assert info is not None
             assert info.status is RunStatus.RUNNING  # no status written; resumable
@@ -386,9 +387,10 @@ async def test_save_scope_opened_after_caller_cancelled_starts_cancelled(
     async with tether.open_engine(store) as engine:
         with trio.move_on_after(0.5):
             await engine.run(wf, run_id="r")
-        # 1.0 for the stubborn body, then no wait at all for the save
+        # 1.0 for the stubborn body, then no wait at all for the save: it is
+        # refused before it reaches the store
         assert trio.current_time() == 1.0
-        assert store.calls["append"] == 1
+        assert store.calls["append"] == 0
 
 
 # -- snapshots, keys, determinism ---------------------------------------------------

@@ -1,10 +1,11 @@
 """The explorer: clean on the example workflows, and it catches planted engine bugs.
 
 The planted bugs are source mutations of the real engine and store
-(``mutant``): each test swaps one function (a method of ``RunState``, of
-``MemoryStore``, of the engine's ``Leases``, or a lease rule as the memory
-store imports it) for a copy with one line changed, so the explorer is tested
-against exactly the mistake it is meant to catch.
+(``mutant``): each test swaps one function (a method of the run's ``Saver``,
+of the ``Execution``, of ``MemoryStore``, of the engine's ``Leases``, a step
+call, or a lease rule as the memory store imports it) for a copy with one line
+changed, so the explorer is tested against exactly the mistake it is meant to
+catch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import trio
 from hypothesis import HealthCheck, find, settings
 
 import tether
-from tether import _context, _ownership
+from tether import _context, _ownership, _saver
 from tether.stores import Entry, RunRecord, _memory
 from tether.testing import (
     FAULT_KINDS,
@@ -126,6 +127,19 @@ def test_points_name_steps_saves_records_and_asks() -> None:
     assert explorer.outcome(0) == "returned 'refund-o-2-500'"
 
 
+def test_an_append_of_several_records_reaches_a_point_per_record() -> None:
+    # lamp and desk complete at the same moment: their records go to the store
+    # in one append, which reaches save:KEY for each, then stored:KEY for each.
+    explorer = Explorer(shop.reserve_all, ["lamp", "desk"])
+    [points] = explorer.points(0)
+    saves = [p for p in points if p.startswith(("save:", "stored:"))]
+    assert sorted(saves[:2]) == ["save:reserve#0", "save:reserve#1"]
+    assert sorted(saves[2:]) == ["stored:reserve#0", "stored:reserve#1"]
+    # A fault at either point applies to the whole append: both records.
+    for point in saves[:2]:
+        explore(shop.reserve_all, ["lamp", "desk"], seeds=[0], faults=[f"crash@{point}"])
+
+
 def test_a_fault_plan_replays_one_trial() -> None:
     explorer = Explorer(shop.checkout, "o-1")
     plan = FaultPlan.parse(4, "crash@stored:price#0 then cancel@start:charge#0")
@@ -215,19 +229,20 @@ async def race(tag: str) -> list[int]:
     return box.result
 
 
-RunState = _context.RunState
+Saver = _saver.Saver
 
 #: bug: (where, function, the line(s), changed to, the invariant that catches it)
 PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
+    # An inline save (a sequential step's, when no other save is in flight).
     "unshielded save": (
-        RunState,
+        Saver,
         "tracked_scope",
         "shield=not self.caller_cancelled, deadline=trio.current_time() + seconds",
         "shield=False, deadline=trio.current_time() + seconds",
         "(c)",
     ),
     "save ignores caller cancellation": (
-        RunState,
+        Saver,
         "cancel_by_caller",
         """\
             scope.shield = False
@@ -238,22 +253,38 @@ PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
         """,
         "(b)",
     ),
+    # A task parked for its saves: a parallel() block waiting for its
+    # children's records, or a step queued behind a save in flight.
+    "parked wait unshielded": (
+        _saver.Parked,
+        "abort",
+        "if saver.caller_cancelled:",
+        "if True:",
+        "(c)",
+    ),
+    "block exits before its records": (
+        _context.Parallel,
+        "__aexit__",
+        "if self._unsaved and not saver.caller_cancelled:",
+        "if False:",
+        "(c)",
+    ),
     "snapshot after scheduling": (
-        RunState,
-        "_run_step",
+        _context,
+        "execute_step",
         """\
-            text, decoded = codec.snapshot(
+            text, decoded = _snapshot(value, step.signature.return_type, what=what)
         """,
         """\
             await trio.lowlevel.checkpoint()
-            text, decoded = codec.snapshot(
+            text, decoded = _snapshot(value, step.signature.return_type, what=what)
         """,
         "(d)",
     ),
     # -- one owner at a time ---------------------------------------------------
     "append not fenced": (
         _memory.MemoryStore,
-        "append",
+        "append_nowait",
         "check_append(run_id, entries, token=run.token, owner=run.owner)",
         "pass",
         "(f)",
@@ -282,6 +313,14 @@ PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
 }
 
 
+#: the workflow each planted bug is explored on, when not shop.checkout (sequential)
+WORKFLOW_FOR: dict[str, tuple[tether.Workflow[..., Any], tuple[Any, ...]]] = {
+    "snapshot after scheduling": (race, ("x",)),
+    "parked wait unshielded": (shop.reserve_all, (["lamp", "ghost", "desk"],)),
+    "block exits before its records": (shop.reserve_all, (["lamp", "ghost", "desk"],)),
+}
+
+
 def _reproduction(message: str) -> tuple[list[int], list[str]]:
     match = re.search(r"seeds=(\[[\d, ]+\]), faults=(\[.*?\])\)$", message, re.M)
     assert match, message
@@ -293,7 +332,7 @@ def _reproduction(message: str) -> tuple[list[int], list[str]]:
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 def test_planted_bugs_are_caught_with_a_reproducible_seed(bug: str) -> None:
     owner, name, old, new, invariant = PLANTED[bug]
-    workflow, args = (race, ("x",)) if "snapshot" in bug else (shop.checkout, ("o-1",))
+    workflow, args = WORKFLOW_FOR.get(bug, (shop.checkout, ("o-1",)))
     with mutant(owner, name, old, new):
         with pytest.raises(tether.InvariantViolation) as caught:
             explore(workflow, *args, seeds=3)
@@ -363,14 +402,14 @@ def test_an_engine_that_runs_on_after_a_refused_write_breaks_invariant_f() -> No
         tether.InvariantViolation,
         match=r"\(f\) engine.run raised LeaseLostError at t=1\.3, 0\.2s .* \(by t=1\.1\)",
     )
-    with mutant(RunState, "shielded", "self.lose(exc)", "pass"), late:
+    with mutant(Saver, "_lost", "self.lose(exc)", "pass"), late:
         explore(forgiving, seeds=1, faults=["lease_lost"])
     explore(forgiving, seeds=1, faults=["lease_lost"])
 
 
 def test_a_replay_that_reruns_stored_steps_breaks_invariant_a() -> None:
     rerun = pytest.raises(tether.InvariantViolation, match=r"\(a\) step load_order#0 ran again")
-    with mutant(RunState, "execute_step", "entry = self.journal.get(key)", "entry = None"), rerun:
+    with mutant(_context, "execute_step", "entry = run.journal.get(key)", "entry = None"), rerun:
         explore(shop.checkout, "o-1", seeds=1, faults=["crash"])
 
 
@@ -452,7 +491,7 @@ def test_hypothesis_shrinks_a_failing_plan_to_one_fault() -> None:
             return True
         return False
 
-    with mutant(*PLANTED["unshielded save"][:4]):
+    with mutant(*PLANTED["parked wait unshielded"][:4]):
         smallest = find(
             explorer.plans(max_faults=3),
             breaks,

@@ -228,25 +228,68 @@ async def test_a_crash_inside_a_streaming_step_is_raised_as_itself(at: int) -> N
         assert await engine.resume("r") == [0, 2, 4]
 
 
-async def test_saves_in_flight_in_parallel_branches_wake_and_come_out_as_a_group(
+async def test_a_crash_in_a_batch_of_saves_fails_each_save_in_it(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    # The three parallel steps' saves wait at the same moment: one append
+    # carries saves #1-3 (appends are counted per save), so a crash planned at
+    # the second save crashes that append, and each step raises its own crash.
     faulty = FaultyStore(tether.MemoryStore())
-    faulty.inject("append", Hang(), at=1)
-    faulty.inject("append", Delay(50.0), at=2)
-    faulty.inject("append", Crash(), at=3)
+    faulty.inject("append", Crash(), at=2)
+    crash = pytest.RaisesExc(SimulatedCrash, match=r"^simulated crash .* at append call #1-3;")
     async with tether.open_engine(faulty) as engine:
-        with pytest.RaisesGroup(
-            pytest.RaisesExc(SimulatedCrash, match=r"^append call #1 was hanging: .* at append"),
-            pytest.RaisesExc(SimulatedCrash, match=r"^append call #2 was waiting: .* at append"),
-            pytest.RaisesExc(SimulatedCrash, match=r"^simulated crash .* at append call #3;"),
-        ):
+        with pytest.RaisesGroup(crash, crash, crash) as info:
             await engine.run(fan_out, 3, run_id="r")
-        assert trio.current_time() == 0.0  # the hung and the delayed save woke at once
+        assert len({id(e) for e in info.value.exceptions}) == 3
+    assert faulty.calls["append"] == 3
     assert (await stored(faulty.inner)).entries == ()
     async with tether.open_engine(faulty.inner) as engine:
         assert await engine.resume("r") == [0, 2, 4]
     assert executions == {"double(0)": 2, "double(1)": 2, "double(2)": 2}  # none was stored
+
+
+@tether.step
+async def late_double(x: int) -> int:
+    await trio.sleep(1.0)
+    return 2 * x
+
+
+@tether.workflow(name="tests.faulty.late")
+async def late(x: int) -> int:
+    return await late_double(x)
+
+
+async def test_saves_waiting_in_faults_wake_when_the_store_crashes(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Runs a and b wait in their faults (a hung save, a slow one) when run c's
+    # save crashes the store at t=1: both wake at once, with the crash.
+    faulty = FaultyStore(tether.MemoryStore())
+    faulty.inject("append", Hang(), when=lambda run_id, entries: run_id == "a")
+    faulty.inject("append", Delay(50.0), when=lambda run_id, entries: run_id == "b")
+    faulty.inject("append", Crash(), when=lambda run_id, entries: run_id == "c")
+    raised: dict[str, tuple[str, float]] = {}
+    async with tether.open_engine(faulty) as engine:
+
+        async def one(run_id: str, wf: tether.Workflow[[int], Any]) -> None:
+            with pytest.raises(SimulatedCrash) as info:
+                await engine.run(wf, 1, run_id=run_id)
+            raised[run_id] = (str(info.value), trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "a", sequential_one)
+            nursery.start_soon(one, "b", sequential_one)
+            nursery.start_soon(one, "c", late)
+    assert raised["a"][0].startswith("append call #")
+    assert "was hanging: the store crashed" in raised["a"][0]
+    assert "was waiting: the store crashed" in raised["b"][0]
+    assert raised["c"][0].startswith("simulated crash")
+    assert {at for _, at in raised.values()} == {1.0}
+
+
+@tether.workflow(name="tests.faulty.sequential_one")
+async def sequential_one(x: int) -> int:
+    return await double(x)
 
 
 async def test_crash_from_another_task_ends_a_run_waiting_on_a_slow_store(
@@ -671,3 +714,32 @@ async def test_at_and_times_choose_the_calls() -> None:
     with pytest.raises(tether.StoreError):
         await faulty.list_runs()
     assert await faulty.list_runs() == []
+
+
+async def test_appends_are_counted_and_chosen_per_save() -> None:
+    # One append carrying saves #2-4: `at` and `when` pick it by any of its
+    # saves, a fault applies to the whole call, and Call.n is its first save.
+    faulty = FaultyStore(tether.MemoryStore())
+    seen: list[tuple[int, list[str]]] = []
+
+    async def record(call: Call) -> None:
+        seen.append((call.n, [e.key for e in call.args[1]]))
+
+    faulty.inject("append", Do(record), at=3)
+    faulty.inject("append", Raise(), when=lambda run_id, entries: entries[0].key == "k#5", times=1)
+    await faulty.create_run(new_run())
+    await faulty.append("r", [new_entry("k#1")])
+    await faulty.append("r", [new_entry(f"k#{i}") for i in (2, 3, 4)])
+    assert seen == [(2, ["k#2", "k#3", "k#4"])]
+    assert faulty.calls["append"] == 4
+    with pytest.raises(tether.StoreError, match=r"^injected failure of append call #5-6$"):
+        await faulty.append("r", [new_entry("k#6"), new_entry("k#5")])
+    assert faulty.calls["append"] == 6
+    await faulty.append("r", [])  # no save: counted as none, matched by no numbered rule
+    assert faulty.calls["append"] == 6
+    assert [e.key for e in await faulty.inner.load_entries("r")] == [
+        "k#1",
+        "k#2",
+        "k#3",
+        "k#4",
+    ]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import collections
 import collections.abc as abc
-import contextlib
 import dataclasses
 import datetime as dt
 import enum
@@ -421,6 +420,26 @@ def dumps(primitive: Any, *, max_depth: int | None = None) -> str:
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), sort_keys=True)
 
 
+def _true_or_false(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _null(value: None) -> str:
+    return "null"
+
+
+#: The JSON text of a scalar of exactly this type, as ``_ENCODER`` writes it
+#: (floats must be finite), without the encoder object ``JSONEncoder.encode``
+#: builds on every call for anything but a string.
+_SCALAR_TEXT: dict[type, Callable[[Any], str]] = {
+    str: json.encoder.encode_basestring_ascii,
+    int: int.__repr__,
+    float: float.__repr__,
+    bool: _true_or_false,
+    _NoneType: _null,
+}
+
+
 def _json_text(primitive: Any) -> str:
     return _ENCODER.encode(primitive)
 
@@ -453,9 +472,14 @@ def loads(text: str) -> Any:
         raise _TooDeepError from None
 
 
+_DIGEST = hashlib.blake2b(digest_size=12)  # copied per digest: cheaper than a new one
+
+
 def digest(text: str) -> str:
-    """A short, stable digest of encoded arguments, for replay checks."""
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    """A short, stable digest of encoded arguments, for replay checks (blake2b, 12 bytes)."""
+    h = _DIGEST.copy()
+    h.update(text.encode())
+    return h.hexdigest()
 
 
 # -- round-trip check ---------------------------------------------------------------
@@ -535,13 +559,25 @@ def _diff(value: Any, back: Any, path: str) -> str | None:
     return None
 
 
+def _named(what: object) -> str:
+    """*what* as the text that names a value in an error (see :class:`Codec`)."""
+    if type(what) is tuple:
+        return str(what[0]).format(*what[1:])
+    return str(what)
+
+
 class Codec:
-    """Encodes values by a declared type and proves they decode back equal."""
+    """Encodes values by a declared type and proves they decode back equal.
+
+    Each method's *what* names the value in its errors: a string, or a tuple
+    ``(format, *args)`` formatted only when an error needs it (the per-step
+    path makes no string it does not use).
+    """
 
     def __init__(self) -> None:
         self._conv = _make_converter()
 
-    def snapshot(self, value: Any, tp: Any, *, what: str) -> tuple[str, Any]:
+    def snapshot(self, value: Any, tp: Any, *, what: object) -> tuple[str, Any]:
         """Encode *value* as *tp* now, and decode it back.
 
         Returns the JSON text and the decoded copy. The copy is what workflow
@@ -561,23 +597,23 @@ class Codec:
         ):
             # Fast path: a scalar that is exactly its declared type encodes to
             # itself and decodes to an equal value of the same type.
-            return _ENCODER.encode(value), value
+            return _SCALAR_TEXT[cls](value), value
         try:
             text = dumps(self._conv.unstructure(value, unstructure_as=tp), max_depth=MAX_DEPTH)
         except Exception as exc:
             raise CodecError(
-                f"{what}: cannot encode {type(value).__qualname__} value {_show(value, 80)} "
-                f"as {_describe(tp)} to JSON ({_explain(exc)}). Supported: JSON primitives, "
-                "attrs classes, dataclasses, enums, datetimes, bytes, tuples, sets, "
-                "Optional/Union and containers of these."
+                f"{_named(what)}: cannot encode {type(value).__qualname__} value "
+                f"{_show(value, 80)} as {_describe(tp)} to JSON ({_explain(exc)}). Supported: "
+                "JSON primitives, attrs classes, dataclasses, enums, datetimes, bytes, tuples, "
+                "sets, Optional/Union and containers of these."
             ) from exc
         try:
             back = self._conv.structure(loads(text), tp)
             difference = _diff(value, back, "the value")
         except Exception as exc:
             raise CodecError(
-                f"{what}: {type(value).__qualname__} value {_show(value, 80)} encodes but does "
-                f"not decode back as {_describe(tp)} ({_explain(exc)}); check the type "
+                f"{_named(what)}: {type(value).__qualname__} value {_show(value, 80)} encodes "
+                f"but does not decode back as {_describe(tp)} ({_explain(exc)}); check the type "
                 "annotation."
             ) from exc
         if difference is not None:
@@ -587,12 +623,12 @@ class Codec:
                 else f" Check that the annotation {_describe(tp)} describes the value exactly."
             )
             raise CodecError(
-                f"{what}: {type(value).__qualname__} value {_show(value, 80)} does not survive a "
-                f"round trip through JSON as {_describe(tp)}: {difference}.{hint}"
+                f"{_named(what)}: {type(value).__qualname__} value {_show(value, 80)} does not "
+                f"survive a round trip through JSON as {_describe(tp)}: {difference}.{hint}"
             )
         return text, back
 
-    def decode(self, text: str, tp: Any, *, what: str) -> Any:
+    def decode(self, text: str, tp: Any, *, what: object) -> Any:
         """Decode stored JSON *text* strictly into *tp*.
 
         Raises:
@@ -602,20 +638,20 @@ class Codec:
             return self._conv.structure(loads(text), tp)
         except Exception as exc:
             raise CodecError(
-                f"{what}: stored value does not decode as {_describe(tp)}: {_explain(exc)}"
+                f"{_named(what)}: stored value does not decode as {_describe(tp)}: {_explain(exc)}"
             ) from exc
 
-    def structure(self, primitive: Any, tp: Any, *, what: str) -> Any:
+    def structure(self, primitive: Any, tp: Any, *, what: object) -> Any:
         """Decode already-parsed JSON primitives strictly into *tp*."""
         try:
             return self._conv.structure(primitive, tp)
         except Exception as exc:
             raise CodecError(
-                f"{what}: {_show(primitive, 80)} does not decode as {_describe(tp)}: "
+                f"{_named(what)}: {_show(primitive, 80)} does not decode as {_describe(tp)}: "
                 f"{_explain(exc)}"
             ) from exc
 
-    def to_primitive(self, value: Any, *, what: str) -> Any:
+    def to_primitive(self, value: Any, *, what: object) -> Any:
         """*value* as JSON-ready primitives, by its runtime type (canonical, checked).
 
         Used for values that are shown or decoded later by a type known only
@@ -628,26 +664,33 @@ class Codec:
             return loads(dumps(self._conv.unstructure(value), max_depth=MAX_DEPTH))
         except Exception as exc:
             raise CodecError(
-                f"{what}: cannot encode {type(value).__qualname__} value {_show(value, 80)} to "
-                f"JSON ({_explain(exc)})"
+                f"{_named(what)}: cannot encode {type(value).__qualname__} value "
+                f"{_show(value, 80)} to JSON ({_explain(exc)})"
             ) from exc
 
-    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, what: str) -> str:
+    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, what: object) -> str:
         """Canonical JSON of call arguments by their runtime types (for digests).
 
         Arguments are only digested, never decoded, so object keys that are
         not strings are let through here (as JSON writes them), and only the
         recursion limit bounds their nesting, not MAX_DEPTH.
         """
-        if not kwargs and all(type(a) in _SCALARS for a in args):
+        if not kwargs:
             # Fast path, same text as below: scalars unstructure to themselves.
-            with contextlib.suppress(ValueError):  # NaN: let the full path explain
-                return _ENCODER.encode([list(args), {}])
+            texts = []
+            for arg in args:
+                cls = type(arg)
+                write = _SCALAR_TEXT.get(cls)
+                if write is None or (cls is float and not math.isfinite(arg)):
+                    break  # not a scalar, or NaN: the full path writes or explains it
+                texts.append(write(arg))
+            else:
+                return "[[" + ",".join(texts) + "],{}]"
         try:
             return _json_text([self._conv.unstructure(list(args)), self._conv.unstructure(kwargs)])
         except Exception as exc:
             raise CodecError(
-                f"{what}: arguments cannot be encoded to JSON ({_explain(exc)}). Step "
+                f"{_named(what)}: arguments cannot be encoded to JSON ({_explain(exc)}). Step "
                 "arguments are digested to detect changed inputs on replay; pass data, not "
                 "live objects (create clients inside the step)."
             ) from exc
@@ -656,14 +699,18 @@ class Codec:
 codec = Codec()
 
 
+_UNRESOLVED: Any = object()
+
+
 class Signature:
     """A callable's parameter and return types, resolved lazily and cached."""
 
-    __slots__ = ("_fn", "_resolved")
+    __slots__ = ("_fn", "_resolved", "_return")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._fn = fn
         self._resolved: tuple[inspect.Signature, dict[str, Any], Any] | None = None
+        self._return: Any = _UNRESOLVED
 
     def _resolve(self) -> tuple[inspect.Signature, dict[str, Any], Any]:
         if self._resolved is None:
@@ -677,11 +724,13 @@ class Signature:
                 ) from exc
             params = {name: hints.get(name, Any) for name in sig.parameters}
             self._resolved = (sig, params, hints.get("return", Any))
+            self._return = self._resolved[2]
         return self._resolved
 
     @property
     def return_type(self) -> Any:
-        return self._resolve()[2]
+        tp = self._return
+        return self._resolve()[2] if tp is _UNRESOLVED else tp
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         return self._resolve()[0].bind(*args, **kwargs)

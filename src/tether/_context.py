@@ -1,41 +1,43 @@
-"""The current run: step execution, keys, shielded saves and ``parallel()``.
+"""Step calls, ``parallel()`` and ``ask()``: what workflow code calls inside a run.
 
-Every task tether tracks runs with a :class:`_Frame` in a context variable:
-which run it belongs to, the key path of the step (or branch) it is inside,
-and the per-name counters that give the next step key. A frame remembers the
-task it was made for, so a task started in a plain ``trio.open_nursery``
-(which inherits the context variable) is recognised and refused.
+A step call (:func:`call_step`) runs the step in the calling task, or
+replays it from the journal; its key is fixed when it is called (or, in a
+``parallel()`` block, when it is started). Its result is snapshotted when it
+returns, before any other task runs, and returned only once its record is
+stored (durable before visible). A step started in a ``parallel()`` block
+hands its record to the run's saver and ends at once: the block waits for
+its children's records when it exits, and a handle's result is readable
+only after that. The state these share is :class:`~._run.RunState`; saves
+go through its :class:`~._saver.Saver`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 import attrs
+import outcome
 import trio
 
-from ._codec import codec, describe, digest, dumps
+from ._codec import codec, digest
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
-    InvalidResponseError,
-    LeaseLostError,
     NonDeterminismError,
     NotInRunError,
-    SaveTimeoutError,
-    StoreError,
-    TetherError,
     UsageError,
 )
-from ._events import CheckpointStored, Observer, RunEvent, StepFinished, StepStarted
-from ._hooks import HookEvent, Hooks
-from ._requests import Request
-from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
+from ._events import CheckpointStored, StepFinished, StepStarted
+from ._hooks import HookEvent
+from ._run import Frame, RunState, Wait, current_frame, error_info, frame_var, note_key
+from ._saver import Parked, StoreErrors
+from .stores._protocol import Entry
 
 if TYPE_CHECKING:
     from ._workflow import Step
@@ -54,6 +56,7 @@ __all__ = (
     "call_step",
     "check_key",
     "error_info",
+    "execute_step",
     "parallel",
 )
 
@@ -61,52 +64,6 @@ log = logging.getLogger("tether")
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-_KEY_ATTR = "_tether_step_key"
-
-
-@attrs.define(eq=False, slots=True)
-class _Frame:
-    run: RunState
-    path: str  # "" for the workflow itself, else the key of the enclosing step or branch
-    task: trio.lowlevel.Task
-    counters: dict[str, int] = attrs.field(factory=dict)
-
-    def next_key(self, name: str, explicit: str | None) -> str:
-        if explicit is None:
-            n = self.counters.get(name, 0)
-            self.counters[name] = n + 1
-            explicit = f"{name}#{n}"
-        return f"{self.path}/{explicit}" if self.path else explicit
-
-
-_frame: ContextVar[_Frame | None] = ContextVar("tether_frame", default=None)
-
-
-def _current_frame(what: str) -> _Frame:
-    frame = _frame.get()
-    if frame is None:
-        raise NotInRunError(
-            f"{what} was used outside a tether run; await it inside a workflow run by "
-            "engine.run() (to test a step's logic alone, call step.fn)"
-        )
-    if frame.task is not trio.lowlevel.current_task():
-        raise NotInRunError(
-            f"{what} was used in a task tether does not track (one started in a plain "
-            f"trio nursery inside run {frame.run.run_id!r}); start it with tether.parallel() "
-            "so its key is fixed and its result journaled"
-        )
-    return frame
-
-
-def _key_order(request: Request) -> list[tuple[str, int]]:
-    # Requests come out in key order, counting "#n" as a number, so the order
-    # is the same in every execution whatever the scheduler did.
-    order: list[tuple[str, int]] = []
-    for part in request.key.split("/"):
-        name, _, n = part.rpartition("#")
-        order.append((name, int(n)) if n.isdigit() and name else (part, -1))
-    return order
 
 
 def check_key(key: object) -> str:
@@ -116,546 +73,231 @@ def check_key(key: object) -> str:
     return key
 
 
-def _note_key(exc: BaseException, key: str) -> None:
-    # The innermost step an error came out of is the one worth naming.
-    if isinstance(exc, Exception) and getattr(exc, _KEY_ATTR, None) is None:
-        with contextlib.suppress(AttributeError):  # exotic exception types
-            setattr(exc, _KEY_ATTR, key)
+# -- steps ------------------------------------------------------------------------
 
 
-def _step_key_of(exc: BaseException) -> str | None:
-    key = getattr(exc, _KEY_ATTR, None)
-    if key is None and isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            key = _step_key_of(sub)
-            if key is not None:
-                break
-    return key
+# Looked up once: every step call uses them.
+_now = datetime.now
+_encode_args = codec.encode_args
+_snapshot = codec.snapshot
+
+#: Names a step call in codec errors: ``(format, key, run_id)``, formatted only then.
+_STEP_WHAT = "step {} of run {!r}"
 
 
-def _type_name(cls: type[BaseException]) -> str:
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    if cls.__module__ == "tether._errors":
-        return f"tether.{cls.__qualname__}"  # the public name
-    return f"{cls.__module__}.{cls.__qualname__}"
+#: What execute_step returns for a parallel() child whose record was handed off.
+_HANDED_OFF: Any = object()
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            yield from _leaves(sub)
-    else:
-        yield exc
+def call_step(
+    step: Step[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
+) -> Coroutine[Any, Any, R]:
+    """What calling ``step(*args)`` does: :func:`execute_step` under the next key here.
 
+    The key is taken when the step is called (in program order), and the
+    coroutine returned is the step's execution, one frame less to unwind.
 
-def error_info(exc: BaseException) -> ErrorInfo:
-    """The stored description of *exc*, naming the step it came out of.
-
-    For an exception group the message lists the errors inside it, so the
-    stored record says what actually failed.
+    Raises:
+        NotInRunError: outside a run (and, when awaited, in a task tether
+            does not track).
     """
-    message = str(exc)
-    if isinstance(exc, BaseExceptionGroup):
-        leaves = [f"{_type_name(type(e))}: {e}" for e in _leaves(exc)]
-        message = f"{exc.message}: {'; '.join(leaves)}"
-    return ErrorInfo(type=_type_name(type(exc)), message=message, key=_step_key_of(exc))
+    frame = frame_var.get()
+    if frame is None:
+        frame = current_frame(f"step {step.name!r}")  # raises NotInRunError
+    # (execute_step checks that the task that awaits it is the frame's)
+    return execute_step(frame.run, step, frame.next_key(step.name, key), args, kwargs, None, frame)
 
 
-class StoreErrors:
-    """Turns a store's own exceptions (``OSError``, a driver's) into :class:`StoreError`.
+async def execute_step(
+    run: RunState,
+    step: Step[..., Any],
+    key: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    child: Handle[Any] | None = None,
+    caller: Frame | None = None,
+) -> Any:
+    """Replay the step with *key* from the journal, or run and journal it.
 
-    tether's errors and ``BaseException``s (``Cancelled``) pass through as they are.
+    *caller* is the frame of the task that called the step, which must be
+    the one that awaits it (trio's ``start_soon`` calls a function in the
+    spawning task and runs the coroutine in a new one, which tether does not
+    track); while the step runs, that frame is the step's.
+
+    A checkpoint, before anything runs: a cancel point, and for a call from
+    workflow code a schedule point too (a ``parallel()`` *child* was just
+    scheduled). The save that follows does not yield to the run's own
+    cancellation. For a child without step hooks whose record the store
+    cannot take at once, the record is handed to the saver and
+    :data:`_HANDED_OFF` returned: the block waits for it and reports its end.
+
+    Raises:
+        NonDeterminismError: the journal holds the key with other arguments.
+        CheckpointCorruptError: the journaled result does not decode.
+        Exception: whatever the step raised (after its retries), or its save.
     """
-
-    __slots__ = ("what",)
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, Exception) and not isinstance(exc, TetherError):
-            raise StoreError(f"{self.what} failed: {exc!r}") from exc
-
-
-class Wait:
-    """A tracked task waiting for other tracked tasks: it does not keep the run from settling.
-
-    ``with wait: await event.wait()``. The task that sets the event calls
-    :meth:`end` *before* setting it: the woken task is busy again from that
-    moment, not only once the scheduler gets to it, so a settlement checked
-    in between cannot take it for idle. :meth:`end` is idempotent, and the
-    block ends the wait however it is left.
-    """
-
-    __slots__ = ("active", "request", "run")
-
-    def __init__(self, run: RunState, request: Request | None = None) -> None:
-        self.run = run
-        self.request = request  # the ask this wait answers, if any
-        self.active = False
-
-    def __enter__(self) -> Wait:
-        run = self.run
-        self.active = True
-        run.idle += 1
-        if self.request is not None:
-            run.asking[self.request.key] = self.request
-        run._check_settled()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.end()
-
-    def end(self) -> None:
-        """The waiting task is busy again (called by whoever wakes it)."""
-        if self.active:
-            self.active = False
-            self.run.idle -= 1
-            if self.request is not None:
-                del self.run.asking[self.request.key]
-
-
-@attrs.define(eq=False)
-class RunState:
-    """Everything one execution of a run shares between its tasks."""
-
-    run_id: str
-    workflow: str
-    store: Store
-    hooks: Hooks
-    save_timeout: float
-    journal: dict[str, Entry]  # completed step entries by key, from the store
-    seen: set[str] = attrs.field(factory=set)  # keys called in this execution
-    shields: set[trio.CancelScope] = attrs.field(factory=set)
-    caller_cancelled: bool = False
-    # -- settlement (see ask()) --
-    run_scope: trio.CancelScope | None = None  # the run nursery's scope
-    live: int = 0  # tracked tasks alive: the workflow task and parallel() children
-    idle: int = 0  # ...of which waiting in ask() or for their parallel() children
-    asking: dict[str, Request] = attrs.field(factory=dict)  # requests now waited on
-    response_waits: list[Wait] = attrs.field(factory=list)  # asks waiting for _store_responses
-    settled: tuple[Request, ...] | None = None  # the requests, once the run settled
-    # responses given to resume(), as JSON primitives, until journaled
-    provided: dict[str, Any] = attrs.field(factory=dict)
-    accepted: dict[str, Entry] = attrs.field(factory=dict)  # ...decoded, waiting to be stored
-    responses_stored: trio.Event = attrs.field(factory=trio.Event)
-    aborted: BaseException | None = None  # a response did not decode: undo the resume
-    observer: Observer | None = None  # receives live events (Engine.open_run)
-    # -- ownership --
-    token: int = 0  # the fencing token every write of this execution carries
-    lose: Callable[[LeaseLostError], None] | None = None  # the engine's: the lease is gone
-    cancel_requested: bool = False  # engine.cancel reached this execution
-
-    # -- settlement ----------------------------------------------------------
-
-    def task_started(self) -> None:
-        """Count a tracked task; call when it is *scheduled*, not when it starts.
-
-        Counting at spawn time matters: a task that is scheduled but has not
-        run yet is live, and must keep the run from settling.
-        """
-        self.live += 1
-
-    def task_done(self) -> None:
-        """A tracked task finished (however it ended)."""
-        self.live -= 1
-        self._check_settled()
-
-    def wait(self, request: Request | None = None) -> Wait:
-        """A wait of the current task that other tracked tasks end; see :class:`Wait`."""
-        return Wait(self, request)
-
-    def _check_settled(self) -> None:
-        # Every live task is finished or waiting, and someone waits in ask():
-        # nothing can ever answer it in this execution. Settle: cancel the
-        # run nursery (framework-owned, so completed saves drain) and pause.
-        if (
-            self.asking
-            and self.settled is None
-            and self.aborted is None
-            and self.idle >= self.live
-            and self.run_scope is not None
-        ):
-            self.settled = tuple(sorted(self.asking.values(), key=_key_order))
-            self.run_scope.cancel()
-
-    def abort(self, exc: BaseException) -> None:
-        """Stop this execution and undo the resume that started it (bad response)."""
-        if self.aborted is None:
-            self.aborted = exc
-        if self.run_scope is not None:
-            self.run_scope.cancel()
-
-    def request_cancel(self) -> None:
-        """A cancel was recorded for the run: stop it (framework-owned, saves drain)."""
-        self.cancel_requested = True
-        if self.run_scope is not None:
-            self.run_scope.cancel()
-
-    def emit(self, event: RunEvent) -> None:
-        """Tell the run's observer, if any, about *event* (never blocks)."""
-        if self.observer is not None:
-            self.observer(event)
-
-    # -- caller cancellation -------------------------------------------------
-
-    def cancel_by_caller(self) -> None:
-        """The caller cancelled: cut every shielded save short, now and later.
-
-        Each shield is lifted, so the caller's own cancellation reaches the
-        save and propagates from it directly (one unwind, not a caught and
-        re-raised one); the scope is cancelled too, so a save that user code
-        wrapped in a shield of its own is cut short all the same.
-        """
-        self.caller_cancelled = True
-        for scope in self.shields:
-            scope.shield = False
-            scope.cancel()
-
-    def tracked_scope(self, seconds: float) -> trio.CancelScope:
-        """A new scope shielded from framework cancellation for *seconds*, tracked.
-
-        :meth:`cancel_by_caller` cuts it short; the caller of this method
-        enters it and removes it from :attr:`shields` once it has exited.
-        """
-        scope = trio.CancelScope(
-            shield=not self.caller_cancelled, deadline=trio.current_time() + seconds
+    task = trio.lowlevel.current_task()
+    if caller is not None and caller.task is not task:
+        raise NotInRunError(
+            f"step {step.name!r} was used in a task tether does not track (one started in a "
+            f"plain trio nursery inside run {run.run_id!r}); start it with tether.parallel() "
+            "so its key is fixed and its result journaled"
         )
-        if self.caller_cancelled:
-            # The verdict is sticky: a scope opened after the caller
-            # cancelled does not wait at all.
-            scope.cancel()
-        self.shields.add(scope)
-        return scope
-
-    async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Await ``afn(*args)`` shielded from framework cancellation.
-
-        *what* names the operation and its run in error messages.
-
-        A sibling's failure cannot interrupt it; the caller's cancellation can
-        (the scope is cut short by :meth:`cancel_by_caller`, or starts cut short
-        if the caller has already cancelled), and so can ``save_timeout``.
-
-        Raises:
-            trio.Cancelled: the caller cancelled.
-            SaveTimeoutError: ``save_timeout`` expired first.
-        """
-        scope = self.tracked_scope(self.save_timeout)
-        try:
-            with scope:
-                return await afn(*args)
-        except LeaseLostError as exc:
-            # The store refused the write's token: another owner has the run.
-            if self.lose is not None:
-                self.lose(exc)
-            raise
-        finally:
-            self.shields.discard(scope)
-        # Only reached when the scope caught a cancellation: never pretend the
-        # call returned. The caller's cancellation normally propagates through
-        # the lifted shield and never gets here; under a shield of the user's
-        # own it does, and this checkpoint raises Cancelled if anything can.
-        if self.caller_cancelled:
-            await trio.lowlevel.checkpoint()
-            raise StoreError(
-                f"{what} was cut short by the caller's cancellation; "
-                "the record may not be stored (resuming is safe)"
-            )
-        raise SaveTimeoutError(
-            f"{what} did not finish within save_timeout="
-            f"{self.save_timeout}s; the store may be hung (resuming is safe)"
-        )
-
-    async def save(self, entry: Entry) -> Entry:
-        """Append *entry* to the journal, shielded; return the stored entry."""
-        what = f"saving step {entry.key} in run {self.run_id!r}"
-        with StoreErrors(what):
-            stored = await self.shielded(what, self.store.append, self.run_id, (entry,))
-        if stored is None:
-            # A store that does not report what it stored (a minimal wrapper
-            # that forgot to return): the write succeeded, the seq is unknown.
-            result = entry
-        elif len(stored) == 1:
-            result = stored[0]
-        else:
-            raise StoreError(f"{what}: the store returned {len(stored)} entries for one")
-        self.journal[entry.key] = result
-        return result
-
-    async def end_hook(
-        self, method: str, event: HookEvent, propagating: BaseException | None
-    ) -> None:
-        """Call an end hook under the tracked shield.
-
-        An error from the hook never replaces *propagating*; it is logged
-        instead.
-        """
-        if not self.hooks.has(method):
-            return
-        try:
-            await self.shielded(
-                f"hook {method} for {event.key or event.name} in run {self.run_id!r}",
-                self.hooks.call,
-                method,
-                event,
-            )
-        except BaseException as exc:
-            if propagating is None:
-                raise
-            if exc is not propagating and not isinstance(exc, trio.Cancelled):
-                log.error(
-                    "tether: %s hook error superseded by %r (run %s, %s)",
-                    method,
-                    propagating,
-                    self.run_id,
-                    event.key or event.name,
-                    exc_info=exc,
-                )
-
-    # -- steps ---------------------------------------------------------------
-
-    def _claim(self, key: str) -> None:
-        if key in self.seen:
-            raise UsageError(
-                f"key {key!r} is used twice in run {self.run_id!r}; explicit keys "
-                "must be unique within their parent"
-            )
-        self.seen.add(key)
-
-    async def execute_step(
-        self, step: Step[..., Any], key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """Replay the step with *key* from the journal, or run and journal it."""
-        self._claim(key)
-        # Every step call is a cancel point, replayed or not (a replay has no
-        # other await; a fresh step's save is shielded).
+    seen = run.seen
+    if key in seen:
+        run.claim(key)  # raises UsageError
+    seen.add(key)
+    if child is None:
+        await trio.lowlevel.checkpoint()
+    else:  # a task just scheduled: a cancel point is enough
         await trio.lowlevel.checkpoint_if_cancelled()
-        what = f"step {key} of run {self.run_id!r}"
-        args_digest = digest(codec.encode_args(args, kwargs, what=what))
-        entry = self.journal.get(key)
-        if entry is not None:
-            if entry.args_digest != args_digest:
-                raise NonDeterminismError(
-                    f"{what} was journaled (seq {entry.seq}) with other arguments than it is "
-                    "called with now: the workflow's code or inputs changed since the run "
-                    "started. Start a new run, or give differing calls explicit keys."
-                )
-            # ...and a schedule point: a long replay must not starve other tasks.
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            try:
-                return codec.decode(entry.value or "null", step.signature.return_type, what=what)
-            except CodecError as exc:
-                raise CheckpointCorruptError(
-                    f"{what}: journal entry seq {entry.seq} cannot be decoded as the step's "
-                    f"return type: {exc}"
-                ) from exc
-        return await self._run_step(step, key, args, kwargs, args_digest)
-
-    async def _run_step(
-        self,
-        step: Step[..., Any],
-        key: str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        args_digest: str,
-    ) -> Any:
-        hooks = self.hooks.any_step
-        event = (
-            HookEvent(run_id=self.run_id, workflow=self.workflow, name=step.name, key=key)
-            if hooks
-            else None
-        )
-        propagating: BaseException | None = None
-        try:
-            self.emit(StepStarted(run_id=self.run_id, key=key, name=step.name))
-            if event is not None:
-                await self.hooks.call("on_step_start", event)
-            started = utcnow()
-            if step.retries or step.timeout is not None:
-                value, attempt = await self._attempts(step, key, args, kwargs)
-            else:  # the common case, without the retry loop's frame
-                token = _frame.set(_Frame(self, key, trio.lowlevel.current_task()))
-                try:
-                    value = await step.fn(*args, **kwargs)
-                finally:
-                    _frame.reset(token)
-                attempt = 1
-            # Snapshot now, synchronously: no other task runs before the value
-            # is encoded, so nothing can change what is stored.
-            text, decoded = codec.snapshot(
-                value, step.signature.return_type, what=f"step {key} of run {self.run_id!r}"
+    what = (_STEP_WHAT, key, run.run_id)
+    args_digest = digest(_encode_args(args, kwargs, what=what))
+    entry = run.journal.get(key)
+    if entry is not None:
+        if entry.args_digest != args_digest:
+            raise NonDeterminismError(
+                f"{_STEP_WHAT.format(key, run.run_id)} was journaled (seq {entry.seq}) with "
+                "other arguments than it is called with now: the workflow's code or inputs "
+                "changed since the run started. Start a new run, or give differing calls "
+                "explicit keys."
             )
-            entry = Entry(
-                run_id=self.run_id,
+        try:
+            return codec.decode(entry.value or "null", step.signature.return_type, what=what)
+        except CodecError as exc:
+            raise CheckpointCorruptError(
+                f"{_STEP_WHAT.format(key, run.run_id)}: journal entry seq {entry.seq} cannot "
+                "be decoded as the step's "
+                f"return type: {exc}"
+            ) from exc
+    observer = run.observer
+    event = (
+        HookEvent(run_id=run.run_id, workflow=run.workflow, name=step.name, key=key)
+        if run.hooks.any_step
+        else None
+    )
+    propagating: BaseException | None = None
+    handed_off = False  # the block reports this step's end
+    try:
+        if observer is not None:
+            observer(StepStarted(run_id=run.run_id, key=key, name=step.name))
+        if event is not None:
+            await run.hooks.call("on_step_start", event)
+        started = _now(UTC)
+        if step.retries or step.timeout is not None:
+            value, attempt = await _attempts(run, step, key, args, kwargs)
+        elif caller is not None:  # the common case: the caller's frame is the step's a while
+            # Nested calls key under this step: no frame to make per call. (A
+            # parallel() block keys its children by its own Frame, see there.)
+            path, counters = caller.path, caller.counters
+            caller.path, caller.counters = key, None
+            try:
+                value = await step.fn(*args, **kwargs)
+            finally:
+                caller.path, caller.counters = path, counters
+            attempt = 1
+        else:  # a parallel() child, in a task of its own
+            # Reset after: a frame left in the task's context would make a
+            # cycle (task, context, frame) that only the cyclic GC frees.
+            token = frame_var.set(Frame(run, key, task))
+            try:
+                value = await step.fn(*args, **kwargs)
+            finally:
+                frame_var.reset(token)
+            attempt = 1
+        # Snapshot now, synchronously: no other task runs before the value
+        # is encoded, so nothing can change what is stored.
+        text, decoded = _snapshot(value, step.signature.return_type, what=what)
+        saver = run.saver
+        entries = (
+            # (kind STEP and status COMPLETED by default)
+            Entry(
+                run_id=run.run_id,
                 key=key,
-                kind=EntryKind.STEP,
-                status=EntryStatus.COMPLETED,
                 value=text,
                 args_digest=args_digest,
                 started_at=started,
-                finished_at=utcnow(),
+                finished_at=_now(UTC),
                 attempt=attempt,
-                token=self.token,
+                token=run.token,
+                seq=saver.next_seq,  # numbered ahead when the store takes it at once
+            ),
+        )
+        if saver.caller_cancelled:
+            await saver.refuse(entries)
+        done = saver.append_now(entries)
+        if done is None:
+            if child is not None and event is None:
+                child._block._hand_off(run, child, step.name, decoded, entries)
+                handed_off = True
+                return _HANDED_OFF
+            done = await saver.save(entries)
+        stored = done[0]
+        run.journal[key] = stored
+        if observer is not None:
+            observer(CheckpointStored(run_id=run.run_id, key=key, name=step.name, entry=stored))
+        if event is not None:
+            await saver.shielded(
+                f"hook on_checkpoint for {key} in run {run.run_id!r}",
+                run.hooks.call,
+                "on_checkpoint",
+                attrs.evolve(event, entry=stored),
             )
-            stored = await self.save(entry)
-            self.emit(CheckpointStored(run_id=self.run_id, key=key, name=step.name, entry=stored))
+        return decoded
+    except BaseException as exc:
+        propagating = exc
+        note_key(exc, key)
+        raise
+    finally:
+        if not handed_off:
             if event is not None:
-                await self.shielded(
-                    f"hook on_checkpoint for {key} in run {self.run_id!r}",
-                    self.hooks.call,
-                    "on_checkpoint",
-                    attrs.evolve(event, entry=stored),
-                )
-            return decoded
-        except BaseException as exc:
-            propagating = exc
-            _note_key(exc, key)
-            raise
-        finally:
-            if event is not None:
-                await self.end_hook(
+                await run.end_hook(
                     "on_step_end", attrs.evolve(event, exception=propagating), propagating
                 )
-            self.emit(
-                StepFinished(run_id=self.run_id, key=key, name=step.name, exception=propagating)
-            )
-            del propagating
-
-    async def _attempts(
-        self, step: Step[..., Any], key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, int]:
-        attempt = 1
-        while True:
-            # A fresh frame per attempt: nested steps get keys under this step,
-            # and a retry replays the nested steps an earlier attempt stored.
-            token = _frame.set(_Frame(self, key, trio.lowlevel.current_task()))
-            try:
-                if step.timeout is None:
-                    value = await step.fn(*args, **kwargs)
-                else:
-                    with trio.fail_after(step.timeout):
-                        value = await step.fn(*args, **kwargs)
-                return value, attempt
-            except Exception as exc:
-                if attempt > step.retries:
-                    raise
-                log.info(
-                    "tether: step %s of run %s failed (attempt %d of %d), retrying: %r",
-                    key,
-                    self.run_id,
-                    attempt,
-                    step.retries + 1,
-                    exc,
+            if observer is not None:
+                observer(
+                    StepFinished(run_id=run.run_id, key=key, name=step.name, exception=propagating)
                 )
-                attempt += 1
-            finally:
-                _frame.reset(token)
-            # The retry calls the nested steps again: those the failed attempt
-            # stored replay from the journal, the rest run.
-            prefix = key + "/"
-            self.seen = {k for k in self.seen if not k.startswith(prefix)}
+        del propagating
 
-    # -- human input -----------------------------------------------------------
 
-    async def ask(self, key: str, payload: Any, response_type: Any) -> Any:
-        """Return the response to the request *key*, or wait until the run settles."""
-        self._claim(key)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        what = f"request {key} of run {self.run_id!r}"
-        shown = codec.to_primitive(payload, what=f"the payload of {what}")
-        payload_digest = digest(dumps(shown))
-        entry = self.journal.get(key)
-        if entry is not None:
-            if entry.kind is not EntryKind.RESPONSE or entry.args_digest != payload_digest:
-                raise NonDeterminismError(
-                    f"{what}: the journal holds {entry.kind} seq {entry.seq} for this key "
-                    "with another payload or kind than asked now: the workflow's code or "
-                    "inputs changed since the run started. Start a new run, or give "
-                    "differing asks explicit keys."
-                )
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            try:
-                return codec.decode(entry.value or "null", response_type, what=what)
-            except CodecError as exc:
-                raise CheckpointCorruptError(
-                    f"{what}: journaled response seq {entry.seq} cannot be decoded: {exc}"
-                ) from exc
-        request = Request(key=key, payload=shown, response_type=describe(response_type))
-        if key in self.provided:
-            return await self._take_response(request, response_type, payload_digest)
-        with self.wait(request):
-            # Only the settlement (or the caller) ends this wait.
-            await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _take_response(
-        self, request: Request, response_type: Any, payload_digest: str
-    ) -> Any:
-        key = request.key
-        started = utcnow()
+async def _attempts(
+    run: RunState,
+    step: Step[..., Any],
+    key: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[Any, int]:
+    attempt = 1
+    while True:
+        # A fresh frame per attempt: nested steps get keys under this step,
+        # and a retry replays the nested steps an earlier attempt stored.
+        token = frame_var.set(Frame(run, key, trio.lowlevel.current_task()))
         try:
-            value = codec.structure(
-                self.provided[key], response_type, what=f"the response to {key}"
+            if step.timeout is None:
+                value = await step.fn(*args, **kwargs)
+            else:
+                with trio.fail_after(step.timeout):
+                    value = await step.fn(*args, **kwargs)
+            return value, attempt
+        except Exception as exc:
+            if attempt > step.retries:
+                raise
+            log.info(
+                "tether: step %s of run %s failed (attempt %d of %d), retrying: %r",
+                key,
+                run.run_id,
+                attempt,
+                step.retries + 1,
+                exc,
             )
-        except CodecError as exc:
-            error = InvalidResponseError(
-                f"run {self.run_id!r}: the response to request {key} does not decode as "
-                f"{request.response_type}: {exc}. Nothing was journaled; the run stays "
-                "paused: resume it with a response of that type."
-            )
-            self.abort(error)
-            await trio.lowlevel.checkpoint()  # raises Cancelled: the run is stopping
-            raise error from exc  # pragma: no cover - only under a shield of the user's own
-        self.accepted[key] = Entry(
-            run_id=self.run_id,
-            key=key,
-            kind=EntryKind.RESPONSE,
-            status=EntryStatus.COMPLETED,
-            value=dumps(self.provided[key]),
-            args_digest=payload_digest,
-            started_at=started,
-            finished_at=utcnow(),
-            token=self.token,
-        )
-        if len(self.accepted) == len(self.provided):
-            # The last response to be checked stores them all, in one append:
-            # either every response given to resume() is journaled, or none.
-            await self._store_responses()
-        else:
-            wait = self.wait(request)
-            self.response_waits.append(wait)
-            with wait:
-                await self.responses_stored.wait()
-        return value
-
-    async def _store_responses(self) -> None:
-        entries = list(self.accepted.values())
-        what = f"saving the responses {', '.join(self.accepted)} in run {self.run_id!r}"
-        with StoreErrors(what):
-            stored = await self.shielded(what, self.store.append, self.run_id, entries)
-        for entry in stored or entries:
-            self.journal[entry.key] = entry
-        self.provided.clear()
-        self.accepted.clear()
-        for wait in self.response_waits:
-            wait.end()
-        self.responses_stored.set()
-
-
-async def call_step(
-    step: Step[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None
-) -> R:
-    """What awaiting ``step(*args)`` does."""
-    frame = _current_frame(f"step {step.name!r}")
-    result: R = await frame.run.execute_step(step, frame.next_key(step.name, key), args, kwargs)
-    return result
+            attempt += 1
+        finally:
+            frame_var.reset(token)
+        # The retry calls the nested steps again: those the failed attempt
+        # stored replay from the journal, the rest run.
+        prefix = key + "/"
+        run.seen = {k for k in run.seen if not k.startswith(prefix)}
 
 
 # -- parallel() ------------------------------------------------------------
@@ -689,7 +331,8 @@ class Handle(Generic[R]):
 
         Raises:
             UsageError: the ``parallel()`` block has not exited yet, or the
-                step did not complete (it raised or was cancelled).
+                step did not complete (it raised, was cancelled, or its
+                record could not be stored).
         """
         if not self._block._closed:
             raise UsageError(
@@ -702,22 +345,47 @@ class Handle(Generic[R]):
         return value
 
 
+#: The message of the groups trio's nurseries raise, for the groups a block makes.
+_GROUP_MESSAGE = "Exceptions from Trio nursery"
+
+
+def _joined(raised: BaseException, errors: Sequence[BaseException]) -> BaseException:
+    """*raised* (what the block's nursery raised) with the failed saves' *errors* added."""
+    leaves = [*raised.exceptions] if isinstance(raised, BaseExceptionGroup) else [raised]
+    message = raised.message if isinstance(raised, BaseExceptionGroup) else _GROUP_MESSAGE
+    joined = BaseExceptionGroup(message, [*leaves, *errors])
+    joined.__cause__ = raised.__cause__
+    joined.__context__ = raised.__context__
+    joined.__suppress_context__ = raised.__suppress_context__
+    joined.__traceback__ = raised.__traceback__
+    return joined
+
+
 @final
 class Parallel:
     """A nursery inside a run whose children are tracked steps; see :func:`parallel`."""
 
     def __init__(self) -> None:
-        self._frame: _Frame | None = None
+        self._frame: Frame | None = None  # the children's keys: the block's place, fixed
         self._manager: Any = None
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._children = 0  # children not finished yet
         self._exit_wait: Wait | None = None
+        self._unsaved = 0  # children's records handed to the saver and not delivered yet
+        self._save_errors: list[BaseException] = []  # ...that failed
+        self._saves_wait: Parked | None = None  # the block's task, waiting for them
 
     async def __aenter__(self) -> Parallel:
         if self._manager is not None:
             raise UsageError("a tether.parallel() block can be entered only once")
-        self._frame = _current_frame("tether.parallel()")
+        frame = current_frame("tether.parallel()")
+        if frame.counters is None:
+            frame.counters = {}
+        # A frame of the block's own, sharing the numbering of the one it was
+        # opened in: a step the block's task calls meanwhile borrows that one.
+        self._frame = Frame(frame.run, frame.path, frame.task)
+        self._frame.counters = frame.counters
         self._exit_wait = self._frame.run.wait()
         self._manager = trio.open_nursery()
         self._nursery = await self._manager.__aenter__()
@@ -726,13 +394,38 @@ class Parallel:
     async def __aexit__(
         self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        assert self._exit_wait is not None
+        """Wait for the children, then for their records; raise what failed.
+
+        The wait for the records is not ended by the run's own cancellation
+        (a sibling's failure: completed steps' saves drain); the caller's
+        cancellation ends it at once.
+        """
+        assert self._exit_wait is not None and self._frame is not None
+        saver = self._frame.run.saver
+        raised: BaseException | None = None
+        suppress = False
         try:
-            # Waiting for the children does not keep the run from settling;
-            # the last child to finish ends the wait (see _child_done).
-            with self._exit_wait if self._children else contextlib.nullcontext():
-                suppress: bool = await self._manager.__aexit__(etype, exc, tb)
-            return suppress
+            try:
+                # Waiting for the children does not keep the run from settling;
+                # the last child to finish ends the wait (see _child_done).
+                with self._exit_wait if self._children else contextlib.nullcontext():
+                    suppress = await self._manager.__aexit__(etype, exc, tb)
+            except BaseException as error:
+                raised = error  # raised below, once the records are in
+            if self._unsaved and not saver.caller_cancelled:
+                self._saves_wait = Parked(saver)
+                await saver.park(self._saves_wait)
+            errors = self._save_errors
+            if raised is None and not errors:
+                return suppress
+            if raised is None:
+                raised = BaseExceptionGroup(_GROUP_MESSAGE, list(errors))
+            elif errors:
+                raised = _joined(raised, errors)
+            try:
+                raise raised
+            finally:
+                raised = None
         finally:
             self._closed = True
 
@@ -792,7 +485,9 @@ class Parallel:
         assert self._frame is not None
         run = self._frame.run
         try:
-            handle._value = await run.execute_step(step, handle.key, args, {})
+            value = await execute_step(run, step, handle.key, args, {}, handle)
+            if value is not _HANDED_OFF:
+                handle._value = value
         finally:
             self._child_done(run)
 
@@ -801,11 +496,62 @@ class Parallel:
     ) -> None:
         assert self._frame is not None
         run = self._frame.run
-        _frame.set(_Frame(run, handle.key, trio.lowlevel.current_task()))
+        token = frame_var.set(Frame(run, handle.key, trio.lowlevel.current_task()))
         try:
             handle._value = await fn(*args)
         finally:
+            frame_var.reset(token)  # no cycle of task, context and frame (see execute_step)
             self._child_done(run)
+
+    # -- the children's records ---------------------------------------------------------
+
+    def _hand_off(
+        self,
+        run: RunState,
+        handle: Handle[Any],
+        name: str,
+        decoded: Any,
+        entries: Sequence[Entry],
+    ) -> None:
+        """Queue a child's record for the saver: the block's exit waits for it (:meth:`_saved`)."""
+        self._unsaved += 1
+        run.saver.hand_off(entries, functools.partial(self._saved, run, handle, name, decoded))
+
+    def _saved(
+        self,
+        run: RunState,
+        handle: Handle[Any],
+        name: str,
+        decoded: Any,
+        result: outcome.Outcome[Sequence[Entry]],
+    ) -> None:
+        """A child's handed-off record was stored, or failed (called by the saver task)."""
+        self._unsaved -= 1
+        observer = run.observer
+        if isinstance(result, outcome.Value):
+            stored: Entry = result.value[0]
+            run.journal[handle.key] = stored
+            handle._value = decoded
+            if observer is not None:
+                observer(
+                    CheckpointStored(run_id=run.run_id, key=handle.key, name=name, entry=stored)
+                )
+                observer(StepFinished(run_id=run.run_id, key=handle.key, name=name))
+        else:
+            assert isinstance(result, outcome.Error)
+            error = result.error
+            note_key(error, handle.key)
+            self._save_errors.append(error)
+            if observer is not None:
+                observer(
+                    StepFinished(run_id=run.run_id, key=handle.key, name=name, exception=error)
+                )
+            # As when a child raises: the others are cancelled (framework-owned,
+            # so their saves drain), and the block raises it.
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
+        if not self._unsaved and self._saves_wait is not None:
+            run.saver.wake(self._saves_wait, outcome.Value(None))
 
 
 @overload
@@ -844,7 +590,7 @@ async def ask(payload: Any, response_type: Any, key: str | None = None) -> Any:
     """
     if key is not None:
         check_key(key)
-    frame = _current_frame("tether.ask()")
+    frame = current_frame("tether.ask()")
     return await frame.run.ask(frame.next_key("ask", key), payload, response_type)
 
 
@@ -852,9 +598,10 @@ def parallel() -> Parallel:
     """Open a nursery inside the run: ``async with tether.parallel() as p:``.
 
     Children started with ``p.start_soon(step, *args)`` run concurrently; the
-    block exits when all have finished. If one raises, the others are
-    cancelled (framework-owned: steps that already completed still finish
-    saving their records), and the errors propagate as an exception group.
-    Only usable in a task tether tracks (the workflow, a step, a branch).
+    block exits when all have finished and their records are stored. If one
+    raises (or its record cannot be stored), the others are cancelled
+    (framework-owned: steps that already completed still finish saving their
+    records), and the errors propagate as an exception group. Only usable in
+    a task tether tracks (the workflow, a step, a branch).
     """
     return Parallel()

@@ -1,4 +1,4 @@
-"""One execution of a claimed run: its nurseries, its lease, and its outcome.
+"""One execution of a claimed run: its scopes, its lease, and its outcome.
 
 The shape of one execution (see docs/explanation/cancellation.md)::
 
@@ -7,18 +7,26 @@ The shape of one execution (see docs/explanation/cancellation.md)::
        └─ lease scope                       cancelled when the run's lease is lost
           └─ guard nursery                  the caller's task waits here: it is the
              │                              watcher, and sees only *caller* cancellation
+             ├─ saver task                  (while saves queue) batches of records
              └─ runner task
-                └─ run nursery              framework-owned
-                   └─ workflow task         steps, parallel() children, ...
-                         each completed step saves in a shielded scope that the
-                         watcher cuts short when the caller cancels
+                └─ run scope                framework-owned
+                   └─ the workflow          steps, parallel() blocks and children, ...
 
-Cancellation that starts inside the run (a failing sibling, a step timeout,
-a settlement, a recorded cancel) never reaches the shielded saves.
-Cancellation from the caller reaches the watcher at once; the watcher cancels
-every tracked shield, so the run unwinds within Trio's own delivery latency
-even when the store hangs, and the caller's own ``Cancelled`` is what
-``engine.run`` raises. A lost lease cancels the lease scope, which the
+Every record is written by the execution's :class:`~._saver.Saver`: at once
+when the store can, inline in a tracked shield when no other save is in
+flight, else in a batch by the saver task, outside the run scope. A task
+waiting for its records (a step, or a ``parallel()`` block waiting for its
+children's) is parked on a wait that the run's own cancellation (a failing
+sibling, a step timeout, a settlement, a recorded cancel) does not end.
+
+The caller's cancellation reaches the watcher first: Trio delivers it down
+the cancel tree, and the watcher is above every task of the run, so its
+abort marks the saver's verdict before any of the run's tasks sees the
+cancellation; their waits then end at once, delivered by Trio itself. The
+watcher then cuts every tracked shield short and ends what the
+cancellation could not reach, so the run unwinds within Trio's own delivery
+latency even when the store hangs, and the caller's own ``Cancelled`` is
+what ``engine.run`` raises. A lost lease cancels the lease scope, which the
 watcher sees exactly as a caller cancellation; ``engine.run`` then raises
 :class:`LeaseLostError`.
 
@@ -35,12 +43,13 @@ import attrs
 import trio
 
 from ._codec import codec
-from ._context import RunState, StoreErrors, _Frame, _frame, error_info
 from ._errors import LeaseLostError, RunCancelledError
 from ._hooks import HookEvent, Hooks
 from ._nurseries import unwrap_single
 from ._ownership import Leases
 from ._requests import Paused, Request, request_to_json
+from ._run import Frame, RunState, error_info, frame_var
+from ._saver import StoreErrors
 from ._workflow import Workflow
 from .stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
 
@@ -89,7 +98,8 @@ class Execution:
     record: RunRecord
     original: RunRecord  # as stored before this execution (restored by an undo)
     created: bool = False  # the claim created the run: its journal is empty, not read
-    done: trio.Event = attrs.field(factory=trio.Event)
+    runner_done: bool = False  # the runner task has finished
+    _watcher: trio.lowlevel.Task | None = None  # the caller's task, parked until then
     lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
     released: bool = False  # a status write stored the outcome and released the lease
@@ -108,14 +118,16 @@ class Execution:
         the run turns out cancelled).
         """
         state, record = self.state, self.record
-        state.lose = self._lose
+        state.saver.lose = self._lose
         self.leases.hold(
             record.run_id, record.token, lost=self._lose, cancelled=state.request_cancel
         )
         ending: BaseException | None = None
         try:
             with self.lease_scope:
-                if not self.created:
+                if self.created:
+                    state.saver.start_numbering(0)
+                else:
                     state.journal = await self._load_journal(record.run_id)
                 return await self._watch()
         except BaseException as exc:
@@ -145,6 +157,7 @@ class Execution:
         journal: dict[str, Entry] = {}
         with StoreErrors(f"loading the journal of run {run_id!r}"):
             entries = await self.store.load_entries(run_id)
+        self.state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
         for entry in entries:
             if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
                 # The first completed record of a key is the one the
@@ -176,19 +189,22 @@ class Execution:
 
     async def _watch(self) -> Any:
         """Run the execution's guard nursery; the calling task is its watcher."""
-        state, record = self.state, self.record
+        saver = self.state.saver
         caller_exc: BaseException | None = None
         try:
             async with trio.open_nursery() as guard:
-                guard.start_soon(self._runner, name=f"tether run {record.run_id}")
-                # This task is the watcher: it lives outside the run nursery,
-                # so the only cancellation that reaches it is the caller's.
+                saver.nursery = guard  # the saver task runs here, outside the run scope
+                guard.start_soon(self._runner, name=f"tether run {self.record.run_id}")
+                # This task is the watcher: it lives outside the run scope, so
+                # the only cancellation that reaches it is the caller's.
                 try:
-                    await self.done.wait()
+                    await self._wait_for_runner()
                 except BaseException as exc:  # Cancelled, or KeyboardInterrupt
                     caller_exc = exc
-                    state.cancel_by_caller()
+                    # First the cancellation reaches every task of the run (a
+                    # KeyboardInterrupt has not yet), then what it cannot reach.
                     guard.cancel_scope.cancel()
+                    self.state.saver.cancel_by_caller()
         except BaseExceptionGroup as group:
             # The runner only lets through what it cannot turn into an outcome
             # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
@@ -207,40 +223,70 @@ class Execution:
                 self.error = None
         return self.value
 
+    async def _wait_for_runner(self) -> None:
+        """Wait until the runner is done; the caller's cancellation ends the wait at once.
+
+        A low-level wait, so that the caller's cancellation is recognised
+        while Trio delivers it down the cancel tree: this task is above every
+        task of the run, so its abort runs before theirs, and marks the
+        saver's verdict first; their waits for saves then end at once,
+        delivered by Trio itself.
+        """
+        if self.runner_done:
+            await trio.lowlevel.checkpoint()
+            return
+        saver = self.state.saver
+
+        def abort(raise_cancel: object) -> trio.lowlevel.Abort:
+            saver.caller_cancelled = True
+            self._watcher = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self._watcher = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
     async def _runner(self) -> None:
         state = self.state
         try:
-            async with trio.open_nursery() as run_nursery:
-                state.run_scope = run_nursery.cancel_scope
+            # The run's own scope: what cancels it is framework-owned (a
+            # settlement, a recorded cancel, an undo). The workflow runs in
+            # this task, under it; its parallel() children in nurseries of
+            # their own below.
+            with trio.CancelScope() as run_scope:
+                state.run_scope = run_scope
                 if state.cancel_requested:
-                    run_nursery.cancel_scope.cancel()
-                run_nursery.start_soon(self._workflow_task, name=f"tether workflow {state.run_id}")
-                state.task_started()
+                    run_scope.cancel()
+                await self._workflow()
             if state.aborted is not None:
                 await self._undo(state.aborted)
             elif state.cancel_requested and not self.finished:
                 await self._cancelled()
             elif not self.finished:
-                # Only a settlement cancels the run nursery and leaves the
+                # Only a settlement cancels the run's scope and leaves the
                 # workflow unfinished.
                 assert state.settled is not None
                 await self._pause(state.settled)
             else:
                 await self._finish()
         except BaseException as exc:
-            if state.caller_cancelled:
+            if state.saver.caller_cancelled:
                 # The caller's task raises the caller's cancellation; what the
                 # run was unwinding (Cancelled, a sibling's error) ends here.
                 await self._run_end_hook(_first_cancelled(exc))
                 return
             raise
         finally:
-            self.done.set()
+            self.runner_done = True
+            if self._watcher is not None:
+                watcher, self._watcher = self._watcher, None
+                trio.lowlevel.reschedule(watcher)
 
-    async def _workflow_task(self) -> None:
+    async def _workflow(self) -> None:
+        """Run the workflow function (a tracked task: the runner, for the while)."""
         state = self.state
         wf = self.workflow
-        _frame.set(_Frame(state, "", trio.lowlevel.current_task()))
+        token = frame_var.set(Frame(state, "", trio.lowlevel.current_task()))
+        state.task_started()
         try:
             if self.hooks.has("on_run_start"):
                 await self.hooks.call(
@@ -258,6 +304,7 @@ class Execution:
             self.error = exc
         finally:
             state.task_done()
+            frame_var.reset(token)
         self.finished = True
 
     async def _finish(self) -> None:
@@ -357,7 +404,7 @@ class Execution:
         outcome :class:`RunCancelledError`.
         """
         with StoreErrors(what):
-            stored = await self.state.shielded(what, self.store.update_run, record)
+            stored = await self.state.saver.shielded(what, self.store.update_run, record)
         self.released = True
         if (
             stored is not None

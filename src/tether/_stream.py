@@ -34,7 +34,7 @@ import attrs
 import trio
 
 from ._codec import codec, digest
-from ._context import RunState, _current_frame, _Frame, _frame, _note_key, check_key, error_info
+from ._context import check_key
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
@@ -45,6 +45,7 @@ from ._errors import (
 from ._events import CheckpointStored, StepFinished, StepStarted, StreamItem
 from ._hooks import HookEvent
 from ._nurseries import exit_nursery
+from ._run import Frame, RunState, current_frame, error_info, frame_var, note_key
 from ._workflow import StreamStep
 from .stores._protocol import Entry, EntryKind, EntryStatus, utcnow
 
@@ -82,7 +83,7 @@ class Stream(Generic[T]):
             raise UsageError(f"open_stream() takes a @tether.stream_step, not {step!r}")
         if key is not None:
             check_key(key)
-        frame = _current_frame(f"stream step {step.name!r}")
+        frame = current_frame(f"stream step {step.name!r}")
         self._frame = frame
         self._run: RunState = frame.run
         self._step = step
@@ -134,7 +135,7 @@ class Stream(Generic[T]):
             )
         self._entered = True
         run = self._run
-        run._claim(self.key)
+        run.claim(self.key)
         # A cancel point, replayed or not, like a step call.
         await trio.lowlevel.checkpoint_if_cancelled()
         self._digest = digest(codec.encode_args(self._args, {}, what=self._what))
@@ -180,7 +181,7 @@ class Stream(Generic[T]):
                 await hooks.call("on_step_start", self._event)
             except BaseException as exc:
                 # Every start is matched by one end, even when the start hook failed.
-                _note_key(exc, self.key)
+                note_key(exc, self.key)
                 self._producer_done.set()
                 self._closing = True
                 try:
@@ -272,7 +273,7 @@ class Stream(Generic[T]):
     async def _produce(self) -> None:
         run = self._run
         step = self._step
-        _frame.set(_Frame(run, self.key, trio.lowlevel.current_task()))
+        token = frame_var.set(Frame(run, self.key, trio.lowlevel.current_task()))
         try:
             with self._scope:
                 try:
@@ -305,6 +306,7 @@ class Stream(Generic[T]):
                         if cancelled is not None:
                             raise cancelled from None
         finally:
+            frame_var.reset(token)  # no cycle of task, context and frame
             self._producer_done.set()
             run.task_done()
 
@@ -314,7 +316,7 @@ class Stream(Generic[T]):
             await self._wanted.wait()
 
     def _note_cleanup_error(self, exc: Exception) -> None:
-        _note_key(exc, self.key)
+        note_key(exc, self.key)
         self._cleanup_error = exc
 
     async def _produce_items(self, agen: Any) -> None:
@@ -351,7 +353,7 @@ class Stream(Generic[T]):
             self._hand_over(_Item(decoded))
 
     def _fail(self, exc: Exception) -> None:
-        _note_key(exc, self.key)
+        note_key(exc, self.key)
         self._failure = exc
         self._hand_over(_Failed(exc))
 
@@ -371,13 +373,13 @@ class Stream(Generic[T]):
 
     async def _journal_completed(self) -> None:
         run = self._run
-        stored = await run.save(self._entry(EntryStatus.COMPLETED, None))
+        [stored] = await run.save((self._entry(EntryStatus.COMPLETED, None),))
         self._exhausted = True
         run.emit(
             CheckpointStored(run_id=run.run_id, key=self.key, name=self._step.name, entry=stored)
         )
         if self._event is not None:
-            await run.shielded(
+            await run.saver.shielded(
                 f"hook on_checkpoint for {self.key} in run {run.run_id!r}",
                 run.hooks.call,
                 "on_checkpoint",
@@ -443,15 +445,14 @@ class Stream(Generic[T]):
             failed = self._failure is not None
             reason = self._failure or propagating or self._cleanup_error or _closed(self)
             try:
-                await run.save(
-                    self._entry(EntryStatus.FAILED if failed else EntryStatus.INTERRUPTED, reason)
-                )
+                status = EntryStatus.FAILED if failed else EntryStatus.INTERRUPTED
+                await run.save((self._entry(status, reason),))
             except BaseException as exc:
                 errors.append(exc)
         reason = self._reason(propagating, errors)
         if self._event is not None and run.hooks.has("on_step_end"):
             try:
-                await run.shielded(
+                await run.saver.shielded(
                     f"hook on_step_end for {self.key} in run {run.run_id!r}",
                     run.hooks.call,
                     "on_step_end",
@@ -557,15 +558,15 @@ def cleanup_scope(timeout: float) -> Iterator[trio.CancelScope]:
         or timeout <= 0
     ):
         raise UsageError(f"cleanup_scope() takes a positive number of seconds, not {timeout!r}")
-    frame = _frame.get()
+    frame = frame_var.get()
     run = frame.run if frame is not None else None
     if run is None:
         scope = trio.CancelScope(shield=True, deadline=trio.current_time() + timeout)
     else:
-        scope = run.tracked_scope(timeout)
+        scope = run.saver.tracked_scope(timeout)
     try:
         with scope:
             yield scope
     finally:
         if run is not None:
-            run.shields.discard(scope)
+            run.saver.shields.discard(scope)

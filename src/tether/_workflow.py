@@ -13,6 +13,7 @@ import attrs
 
 from . import _context
 from ._codec import Signature
+from ._context import call_step as _call_step
 from ._errors import UsageError, WorkflowNotFoundError
 
 __all__ = ("Step", "StreamStep", "Workflow", "lookup_workflow", "step", "stream_step", "workflow")
@@ -56,7 +57,7 @@ class Step(Generic[P, R_co]):
     key: str | None = None  #: a fixed key set by :meth:`with_key`
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
-        return _context.call_step(self, args, kwargs, self.key)
+        return _call_step(self, args, kwargs, self.key)
 
     def with_key(self, key: str) -> Step[P, R_co]:
         """This step with an explicit journal key instead of ``name#n``.

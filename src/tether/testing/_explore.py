@@ -21,8 +21,9 @@ Interleaving points are named by what happens there:
 ``start:KEY``
     a step (or stream step) starts executing (not on replay);
 ``save:KEY``
-    the append of KEY's journal entry begins (``save:K1+K2`` for a batch of
-    responses);
+    the append of KEY's journal entry begins (an append that carries several
+    entries, a batch of saves or of responses, reaches one point per entry,
+    in order; a fault there applies to the whole append);
 ``stored:KEY``
     that append returned from the store: the entry is stored, the engine
     does not know it yet;
@@ -268,10 +269,15 @@ class _Tasks(trio.abc.Instrument):
         self.alive.pop(task, None)
 
 
-def _label(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+def _labels(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+    """The points a write reaches: one per entry for an append, else one."""
     if method == "append":
         entries: Sequence[Entry] = args[1]
-        return "save:" + "+".join(e.key for e in entries)
+        return [f"save:{e.key}" for e in entries]
+    return [_label(method, args, kwargs)]
+
+
+def _label(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     if method == "create_run":
         return "record:created"
     if method == "claim":
@@ -403,10 +409,12 @@ class _Trial:
         await self.owners.write(call)  # a stopped process writes nothing meanwhile
         if ex.race is not None:
             ex.race.seen(call)
-        label = _label(call.method, call.args, call.kwargs)
-        if call.method == "append":
-            ex.begun[label] = ex.begun.get(label, 0) + 1
-        inj = self._matches(ex.point(label))
+        labels = _labels(call.method, call.args, call.kwargs)
+        inj: Injection | None = None
+        for label in labels:
+            if call.method == "append":
+                ex.begun[label] = ex.begun.get(label, 0) + 1
+            inj = self._matches(ex.point(label)) or inj
         if inj is None:
             return
         self._strike(inj, "a sibling failed")
@@ -431,9 +439,10 @@ class _Trial:
             await ex.race.claimed(call)
         if ex is None or call.method != "append":
             return
-        label = _label(call.method, call.args, call.kwargs)
-        ex.landed[label] = ex.landed.get(label, 0) + 1
-        inj = self._matches(ex.point("stored:" + label.partition(":")[2]))
+        inj: Injection | None = None
+        for label in _labels(call.method, call.args, call.kwargs):
+            ex.landed[label] = ex.landed.get(label, 0) + 1
+            inj = self._matches(ex.point("stored:" + label.partition(":")[2])) or inj
         if inj is not None:
             self._strike(inj, "a sibling failed")
             if inj.kind == "crash":

@@ -97,7 +97,9 @@ class Call:
 
     store: FaultyStore  #: the FaultyStore called (its ``inner`` is the wrapped store)
     method: str  #: the store method, e.g. ``"append"``
-    n: int  #: which call of *method* this is, counted from 1 (a restart keeps counting)
+    #: which call of *method* this is, counted from 1 (a restart keeps counting); for
+    #: ``append``, which save its first entry is (appends are counted per save)
+    n: int
     args: tuple[Any, ...]  #: the call's arguments (for ``append``: ``run_id, entries``)
     after: bool  #: the fault applies after the inner call returned (the write landed)
     #: the call's keyword arguments (``claim``'s ``ttl``, ``create``, ``takeover``, ...)
@@ -168,10 +170,10 @@ class Raise:
             raise self.error()
         if call.after:
             raise StoreError(
-                f"injected failure of {call.method} call #{call.n} after the inner store "
+                f"injected failure of {_describe(call)} after the inner store "
                 "returned (the write landed)"
             )
-        raise StoreError(f"injected failure of {call.method} call #{call.n}")
+        raise StoreError(f"injected failure of {_describe(call)}")
 
 
 @final
@@ -194,7 +196,7 @@ class Crash:
 
     async def apply(self, call: Call) -> None:
         """Crash ``call.store`` (tearing the write first if asked), then raise."""
-        where = f"at {call.method} call #{call.n}"
+        where = f"at {_describe(call)}"
         if call.after:
             where += ", after the inner store returned (the write landed)"
         if self.torn:
@@ -299,6 +301,25 @@ class _Rule:
     after: bool
 
 
+def _matches(rule: _Rule, method: str, n: int, args: tuple[Any, ...]) -> bool:
+    """Whether *rule* applies to call *n* of *method* (for an append, to one of its saves)."""
+    if method == "append" and args[1]:
+        run_id, entries = args[0], args[1]
+        return any(
+            (rule.at is None or n + i in rule.at) and (rule.when is None or rule.when(run_id, [e]))
+            for i, e in enumerate(entries)
+        )
+    return (rule.at is None or n in rule.at) and (rule.when is None or rule.when(*args))
+
+
+def _describe(call: Call) -> str:
+    """``append call #3``; for an append of several saves, ``append call #3-5``."""
+    count = len(call.args[1]) if call.method == "append" else 1
+    if count <= 1:
+        return f"{call.method} call #{call.n}"
+    return f"{call.method} call #{call.n}-{call.n + count - 1}"
+
+
 def _check_count(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"inject(): {name} must be an int, not {value!r}")
@@ -310,15 +331,19 @@ class FaultyStore:
     """Wrap *inner* and inject faults into the calls chosen with :meth:`inject`.
 
     Calls are counted per method, from 1, in :attr:`calls` (a
-    ``collections.Counter``). Before each call, the first rule that matches
-    it (method, ``at``, ``when``, ``times``, ``after=False``) applies its
-    fault; then the inner store is called; then the first matching
-    ``after=True`` rule applies. A call no rule matches goes straight to the
-    inner store.
+    ``collections.Counter``); ``append`` is counted per *save*, one for each
+    journal entry it carries, because the engine writes the saves that wait
+    at the same moment in one call (group commit). Before each call, the
+    first rule that matches it (method, ``at``, ``when``, ``times``,
+    ``after=False``) applies its fault; then the inner store is called; then
+    the first matching ``after=True`` rule applies. A call no rule matches
+    goes straight to the inner store. An append matches a rule when one of
+    its saves does; a fault applies to the whole call, so it fails (or
+    hangs, or crashes) every save in it.
 
     >>> store = FaultyStore(MemoryStore())
-    >>> store.inject("append", Hang(), at=2)   # the second append hangs forever
-    >>> store.inject("append", Crash(), at=5)  # the process dies at the fifth
+    >>> store.inject("append", Hang(), at=2)   # the append of the second save hangs forever
+    >>> store.inject("append", Crash(), at=5)  # the process dies at the fifth save
 
     **Crashes.** A :class:`Crash` fault, or :meth:`crash`, marks the store
     :attr:`crashed`. From then on nothing reaches the inner store:
@@ -374,10 +399,14 @@ class FaultyStore:
                 ``claim``, ``renew``, ``cancel_run`` (a fault on ``renew``
                 models a store that stops answering an engine's renewals).
             fault: a :class:`Fault`: an object with ``async def apply(call)``.
-            at: call number(s) of *method*, counted from 1; default every call.
-            when: a predicate called with the call's arguments (for
-                ``append``: ``run_id, entries``); the fault applies only where
-                it returns true.
+            at: call number(s) of *method*, counted from 1; default every
+                call. For ``append``, save numbers: an append applies the
+                fault if one of its saves has one of these numbers.
+            when: a predicate called with the call's arguments; the fault
+                applies only where it returns true. For ``append``, it is
+                called with ``run_id`` and a list of one entry, for each save
+                of the call: ``when=lambda run_id, entries: entries[0].key ==
+                "charge#0"`` picks the append that carries ``charge#0``.
             times: apply at most this many times (default: no limit).
             after: apply after the inner call returned instead of before:
                 ``Raise`` is then an unclear failure (stored, but the caller
@@ -480,15 +509,14 @@ class FaultyStore:
                 rule.method == method
                 and rule.after is after
                 and rule.times > 0
-                and (rule.at is None or n in rule.at)
-                and (rule.when is None or rule.when(*args))
+                and _matches(rule, method, n, args)
             ):
                 rule.times -= 1
                 return rule
         return None
 
     async def _apply(self, rule: _Rule, call: Call) -> None:
-        token = _applying.set(f"{call.method} call #{call.n}" + (" (after)" if call.after else ""))
+        token = _applying.set(_describe(call) + (" (after)" if call.after else ""))
         try:
             await rule.fault.apply(call)
         finally:
@@ -500,9 +528,12 @@ class FaultyStore:
     async def _call_with(
         self, method: str, target: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> Any:
-        self.calls[method] += 1
-        n = self.calls[method]
-        what = f"{method} call #{n}"
+        # An append is counted per save (entry): the engine may write several
+        # saves in one call, and "the third save" must stay the third.
+        count = len(args[1]) if method == "append" else 1
+        n = self.calls[method] + 1
+        self.calls[method] += count
+        what = f"{method} call #{n}" if count <= 1 else f"{method} call #{n}-{n + count - 1}"
         life = self._life
         if life.cause is not None:
             await trio.lowlevel.checkpoint()

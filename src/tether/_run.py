@@ -1,0 +1,423 @@
+"""The state one execution of a run shares between its tasks.
+
+Every task tether tracks runs with a :class:`Frame` in a context variable:
+which run it belongs to, the key path of the step (or branch) it is inside,
+and the per-name counters that give the next step key. A frame remembers the
+task it was made for, so a task started in a plain ``trio.open_nursery``
+(which inherits the context variable) is recognised and refused.
+
+:class:`RunState` holds the rest: the journal, settlement (when every task
+waits in ``ask``, the run pauses), live events, hooks, human input, and the
+execution's :class:`~._saver.Saver` (every save and shielded call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+import attrs
+import trio
+
+from ._codec import codec, describe, digest, dumps
+from ._errors import (
+    CheckpointCorruptError,
+    CodecError,
+    InvalidResponseError,
+    NonDeterminismError,
+    NotInRunError,
+    UsageError,
+)
+from ._events import Observer, RunEvent
+from ._hooks import HookEvent, Hooks
+from ._requests import Request
+from ._saver import Saver
+from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
+
+__all__ = (
+    "Frame",
+    "RunState",
+    "Wait",
+    "current_frame",
+    "error_info",
+    "frame_var",
+    "note_key",
+)
+
+log = logging.getLogger("tether")
+
+_KEY_ATTR = "_tether_step_key"
+
+
+class Frame:
+    """Where a tracked task is: its run, its key path and its step counters."""
+
+    __slots__ = ("counters", "path", "run", "task")
+
+    def __init__(self, run: RunState, path: str, task: trio.lowlevel.Task) -> None:
+        self.run = run
+        #: "" for the workflow itself, else the key of the enclosing step or branch
+        self.path = path
+        self.task = task
+        self.counters: dict[str, int] | None = None  # made by the first key without key=
+
+    def next_key(self, name: str, explicit: str | None) -> str:
+        """The key of the next call of *name* here (``name#n``), or of *explicit*."""
+        if explicit is None:
+            counters = self.counters
+            if counters is None:
+                counters = self.counters = {}
+            n = counters.get(name, 0)
+            counters[name] = n + 1
+            explicit = f"{name}#{n}"
+        return f"{self.path}/{explicit}" if self.path else explicit
+
+
+frame_var: ContextVar[Frame | None] = ContextVar("tether_frame", default=None)
+
+
+def current_frame(what: str) -> Frame:
+    """The frame of the calling task; *what* names the API in the error.
+
+    Raises:
+        NotInRunError: outside a run, or in a task tether does not track.
+    """
+    frame = frame_var.get()
+    if frame is None:
+        raise NotInRunError(
+            f"{what} was used outside a tether run; await it inside a workflow run by "
+            "engine.run() (to test a step's logic alone, call step.fn)"
+        )
+    if frame.task is not trio.lowlevel.current_task():
+        raise NotInRunError(
+            f"{what} was used in a task tether does not track (one started in a plain "
+            f"trio nursery inside run {frame.run.run_id!r}); start it with tether.parallel() "
+            "so its key is fixed and its result journaled"
+        )
+    return frame
+
+
+def _key_order(request: Request) -> list[tuple[str, int]]:
+    # Requests come out in key order, counting "#n" as a number, so the order
+    # is the same in every execution whatever the scheduler did.
+    order: list[tuple[str, int]] = []
+    for part in request.key.split("/"):
+        name, _, n = part.rpartition("#")
+        order.append((name, int(n)) if n.isdigit() and name else (part, -1))
+    return order
+
+
+def note_key(exc: BaseException, key: str) -> None:
+    """Remember on *exc* the step it came out of (the innermost one is worth naming)."""
+    if isinstance(exc, Exception) and getattr(exc, _KEY_ATTR, None) is None:
+        with contextlib.suppress(AttributeError):  # exotic exception types
+            setattr(exc, _KEY_ATTR, key)
+
+
+def _step_key_of(exc: BaseException) -> str | None:
+    key = getattr(exc, _KEY_ATTR, None)
+    if key is None and isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            key = _step_key_of(sub)
+            if key is not None:
+                break
+    return key
+
+
+def _type_name(cls: type[BaseException]) -> str:
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    if cls.__module__ == "tether._errors":
+        return f"tether.{cls.__qualname__}"  # the public name
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            yield from _leaves(sub)
+    else:
+        yield exc
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """The stored description of *exc*, naming the step it came out of.
+
+    For an exception group the message lists the errors inside it, so the
+    stored record says what actually failed.
+    """
+    message = str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [f"{_type_name(type(e))}: {e}" for e in _leaves(exc)]
+        message = f"{exc.message}: {'; '.join(leaves)}"
+    return ErrorInfo(type=_type_name(type(exc)), message=message, key=_step_key_of(exc))
+
+
+class Wait:
+    """A tracked task waiting for other tracked tasks: it does not keep the run from settling.
+
+    ``with wait: await event.wait()``. The task that sets the event calls
+    :meth:`end` *before* setting it: the woken task is busy again from that
+    moment, not only once the scheduler gets to it, so a settlement checked
+    in between cannot take it for idle. :meth:`end` is idempotent, and the
+    block ends the wait however it is left.
+    """
+
+    __slots__ = ("active", "request", "run")
+
+    def __init__(self, run: RunState, request: Request | None = None) -> None:
+        self.run = run
+        self.request = request  # the ask this wait answers, if any
+        self.active = False
+
+    def __enter__(self) -> Wait:
+        run = self.run
+        self.active = True
+        run.idle += 1
+        if self.request is not None:
+            run.asking[self.request.key] = self.request
+        run._check_settled()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.end()
+
+    def end(self) -> None:
+        """The waiting task is busy again (called by whoever wakes it)."""
+        if self.active:
+            self.active = False
+            self.run.idle -= 1
+            if self.request is not None:
+                del self.run.asking[self.request.key]
+
+
+@attrs.define(eq=False)
+class RunState:
+    """Everything one execution of a run shares between its tasks."""
+
+    run_id: str
+    workflow: str
+    store: Store
+    hooks: Hooks
+    save_timeout: float
+    journal: dict[str, Entry]  # completed step entries by key, from the store
+    seen: set[str] = attrs.field(factory=set)  # keys called in this execution
+    # -- settlement (see ask()) --
+    run_scope: trio.CancelScope | None = None  # the run's own scope (framework-owned)
+    live: int = 0  # tracked tasks alive: the workflow task and parallel() children
+    idle: int = 0  # ...of which waiting in ask() or for their parallel() children
+    asking: dict[str, Request] = attrs.field(factory=dict)  # requests now waited on
+    response_waits: list[Wait] = attrs.field(factory=list)  # asks waiting for _store_responses
+    settled: tuple[Request, ...] | None = None  # the requests, once the run settled
+    # responses given to resume(), as JSON primitives, until journaled
+    provided: dict[str, Any] = attrs.field(factory=dict)
+    accepted: dict[str, Entry] = attrs.field(factory=dict)  # ...decoded, waiting to be stored
+    responses_stored: trio.Event = attrs.field(factory=trio.Event)
+    aborted: BaseException | None = None  # a response did not decode: undo the resume
+    observer: Observer | None = None  # receives live events (Engine.open_run)
+    # -- ownership --
+    token: int = 0  # the fencing token every write of this execution carries
+    cancel_requested: bool = False  # engine.cancel reached this execution
+    #: every save and shielded call of this execution (and the caller's verdict)
+    saver: Saver = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.saver = Saver(self.store, self.run_id, self.save_timeout)
+
+    # -- settlement ----------------------------------------------------------
+
+    def task_started(self) -> None:
+        """Count a tracked task; call when it is *scheduled*, not when it starts.
+
+        Counting at spawn time matters: a task that is scheduled but has not
+        run yet is live, and must keep the run from settling.
+        """
+        self.live += 1
+
+    def task_done(self) -> None:
+        """A tracked task finished (however it ended)."""
+        self.live -= 1
+        if self.asking:  # else nothing can settle (see _check_settled)
+            self._check_settled()
+
+    def wait(self, request: Request | None = None) -> Wait:
+        """A wait of the current task that other tracked tasks end; see :class:`Wait`."""
+        return Wait(self, request)
+
+    def _check_settled(self) -> None:
+        # Every live task is finished or waiting, and someone waits in ask():
+        # nothing can ever answer it in this execution. Settle: cancel the
+        # run scope (framework-owned, so completed saves drain) and pause.
+        if (
+            self.asking
+            and self.settled is None
+            and self.aborted is None
+            and self.idle >= self.live
+            and self.run_scope is not None
+        ):
+            self.settled = tuple(sorted(self.asking.values(), key=_key_order))
+            self.run_scope.cancel()
+
+    def abort(self, exc: BaseException) -> None:
+        """Stop this execution and undo the resume that started it (bad response)."""
+        if self.aborted is None:
+            self.aborted = exc
+        if self.run_scope is not None:
+            self.run_scope.cancel()
+
+    def request_cancel(self) -> None:
+        """A cancel was recorded for the run: stop it (framework-owned, saves drain)."""
+        self.cancel_requested = True
+        if self.run_scope is not None:
+            self.run_scope.cancel()
+
+    def emit(self, event: RunEvent) -> None:
+        """Tell the run's observer, if any, about *event* (never blocks).
+
+        On hot paths, check :attr:`observer` first: an event nobody observes
+        is not worth building.
+        """
+        if self.observer is not None:
+            self.observer(event)
+
+    # -- keys, saves and hooks ---------------------------------------------------
+
+    def claim(self, key: str) -> None:
+        """Mark *key* as called in this execution.
+
+        Raises:
+            UsageError: it was called already (an explicit key used twice).
+        """
+        if key in self.seen:
+            raise UsageError(
+                f"key {key!r} is used twice in run {self.run_id!r}; explicit keys "
+                "must be unique within their parent"
+            )
+        self.seen.add(key)
+
+    async def save(self, entries: Sequence[Entry]) -> Sequence[Entry]:
+        """Journal *entries* (:meth:`Saver.save <._saver.Saver.save>`); return them as stored.
+
+        A checkpoint; see ``Saver.save`` for cancellation and what it raises.
+        """
+        stored = await self.saver.save(entries)
+        for entry in stored:
+            self.journal[entry.key] = entry
+        return stored
+
+    async def end_hook(
+        self, method: str, event: HookEvent, propagating: BaseException | None
+    ) -> None:
+        """Call an end hook under a tracked shield (prompt when the caller cancels).
+
+        An error from the hook never replaces *propagating*; it is logged
+        instead.
+        """
+        if not self.hooks.has(method):
+            return
+        try:
+            await self.saver.shielded(
+                f"hook {method} for {event.key or event.name} in run {self.run_id!r}",
+                self.hooks.call,
+                method,
+                event,
+            )
+        except BaseException as exc:
+            if propagating is None:
+                raise
+            if exc is not propagating and not isinstance(exc, trio.Cancelled):
+                log.error(
+                    "tether: %s hook error superseded by %r (run %s, %s)",
+                    method,
+                    propagating,
+                    self.run_id,
+                    event.key or event.name,
+                    exc_info=exc,
+                )
+
+    # -- human input -----------------------------------------------------------
+
+    async def ask(self, key: str, payload: Any, response_type: Any) -> Any:
+        """Return the response to the request *key*, or wait until the run settles.
+
+        A checkpoint; see :func:`tether.ask`.
+        """
+        self.claim(key)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        what = f"request {key} of run {self.run_id!r}"
+        shown = codec.to_primitive(payload, what=f"the payload of {what}")
+        payload_digest = digest(dumps(shown))
+        entry = self.journal.get(key)
+        if entry is not None:
+            if entry.kind is not EntryKind.RESPONSE or entry.args_digest != payload_digest:
+                raise NonDeterminismError(
+                    f"{what}: the journal holds {entry.kind} seq {entry.seq} for this key "
+                    "with another payload or kind than asked now: the workflow's code or "
+                    "inputs changed since the run started. Start a new run, or give "
+                    "differing asks explicit keys."
+                )
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            try:
+                return codec.decode(entry.value or "null", response_type, what=what)
+            except CodecError as exc:
+                raise CheckpointCorruptError(
+                    f"{what}: journaled response seq {entry.seq} cannot be decoded: {exc}"
+                ) from exc
+        request = Request(key=key, payload=shown, response_type=describe(response_type))
+        if key in self.provided:
+            return await self._take_response(request, response_type, payload_digest)
+        with self.wait(request):
+            # Only the settlement (or the caller) ends this wait.
+            await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _take_response(
+        self, request: Request, response_type: Any, payload_digest: str
+    ) -> Any:
+        key = request.key
+        started = utcnow()
+        try:
+            value = codec.structure(
+                self.provided[key], response_type, what=f"the response to {key}"
+            )
+        except CodecError as exc:
+            error = InvalidResponseError(
+                f"run {self.run_id!r}: the response to request {key} does not decode as "
+                f"{request.response_type}: {exc}. Nothing was journaled; the run stays "
+                "paused: resume it with a response of that type."
+            )
+            self.abort(error)
+            await trio.lowlevel.checkpoint()  # raises Cancelled: the run is stopping
+            raise error from exc  # pragma: no cover - only under a shield of the user's own
+        self.accepted[key] = Entry(
+            run_id=self.run_id,
+            key=key,
+            kind=EntryKind.RESPONSE,
+            status=EntryStatus.COMPLETED,
+            value=dumps(self.provided[key]),
+            args_digest=payload_digest,
+            started_at=started,
+            finished_at=utcnow(),
+            token=self.token,
+        )
+        if len(self.accepted) == len(self.provided):
+            # The last response to be checked stores them all, in one append:
+            # either every response given to resume() is journaled, or none.
+            await self._store_responses()
+        else:
+            wait = self.wait(request)
+            self.response_waits.append(wait)
+            with wait:
+                await self.responses_stored.wait()
+        return value
+
+    async def _store_responses(self) -> None:
+        await self.save(list(self.accepted.values()))
+        self.provided.clear()
+        self.accepted.clear()
+        for wait in self.response_waits:
+            wait.end()
+        self.responses_stored.set()
