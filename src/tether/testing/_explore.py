@@ -714,12 +714,7 @@ class Explorer:
         torn: bool | None = None,
         lease_ttl: float = 2.0,
     ) -> None:
-        if not isinstance(workflow, Workflow):
-            raise UsageError(f"explore() takes a @tether.workflow, not {workflow!r}")
-        if not callable(store_factory):
-            raise UsageError(
-                f"store_factory must be a callable returning a new store, not {store_factory!r}"
-            )
+        check_target("explore()", workflow, store_factory)
         numbers = {"deadline": deadline, "slow": slow, "limit": limit, "lease_ttl": lease_ttl}
         for name, value in numbers.items():
             if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
@@ -740,20 +735,7 @@ class Explorer:
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Any]:
         """The responses to *requests*, from ``responses=``."""
-        given = self.responses
-        answers: dict[str, Any] = {}
-        for request in requests:
-            if callable(given):
-                answers[request.key] = given(request)
-            elif given is not None and request.key in given:
-                answers[request.key] = given[request.key]
-            else:
-                raise UsageError(
-                    f"the workflow asks {request.key} ({request.payload!r}, expecting "
-                    f"{request.response_type}); pass responses={{{request.key!r}: ...}} or a "
-                    "function of the request to explore()"
-                )
-        return answers
+        return answer_requests(self.responses, requests, "explore()")
 
     # -- trials ------------------------------------------------------------------
 
@@ -931,6 +913,45 @@ class Explorer:
             f"reproduce: {self._repro(plan, seeds or [plan.seed])}",
             plan,
         )
+
+
+def check_target(caller: str, workflow: object, store_factory: object) -> None:
+    """An explorer's workflow and store factory, validated.
+
+    Raises:
+        UsageError: *workflow* is not a workflow, or *store_factory* not callable.
+    """
+    if not isinstance(workflow, Workflow):
+        raise UsageError(f"{caller} takes a @tether.workflow, not {workflow!r}")
+    if not callable(store_factory):
+        raise UsageError(
+            f"store_factory must be a callable returning a new store, not {store_factory!r}"
+        )
+
+
+def answer_requests(
+    given: Mapping[str, Any] | Callable[[Request], Any] | None,
+    requests: Sequence[Request],
+    caller: str,
+) -> dict[str, Any]:
+    """The responses an explorer gives to *requests*, from its ``responses=``.
+
+    Raises:
+        UsageError: a request that *given* has no answer for.
+    """
+    answers: dict[str, Any] = {}
+    for request in requests:
+        if callable(given):
+            answers[request.key] = given(request)
+        elif given is not None and request.key in given:
+            answers[request.key] = given[request.key]
+        else:
+            raise UsageError(
+                f"the workflow asks {request.key} ({request.payload!r}, expecting "
+                f"{request.response_type}); pass responses={{{request.key!r}: ...}} or a "
+                f"function of the request to {caller}"
+            )
+    return answers
 
 
 def _check_applies(injection: Injection) -> None:

@@ -34,7 +34,7 @@ from .._workflow import Workflow
 from ..stores._memory import MemoryStore
 from ..stores._protocol import Store
 from ._deterministic import run_deterministic
-from ._explore import Exploration
+from ._explore import Exploration, answer_requests, check_target
 from ._explore_fleet import SUBMITTER, Options, Outcome, Trial, WorkerTrial
 
 __all__ = (
@@ -196,12 +196,7 @@ class WorkerExplorer:
         save_timeout: float = 30.0,
         limit: float = 600.0,
     ) -> None:
-        if not isinstance(workflow, Workflow):
-            raise UsageError(f"explore_workers() takes a @tether.workflow, not {workflow!r}")
-        if not callable(store_factory):
-            raise UsageError(
-                f"store_factory must be a callable returning a new store, not {store_factory!r}"
-            )
+        check_target("explore_workers()", workflow, store_factory)
         self.workflow = workflow
         self.args = args
         self.runs = _count("runs", runs, 1)
@@ -237,19 +232,7 @@ class WorkerExplorer:
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Any]:
         """The responses to *requests*, from ``responses=``."""
-        given = self.responses
-        answers: dict[str, Any] = {}
-        for request in requests:
-            if callable(given):
-                answers[request.key] = given(request)
-            elif given is not None and request.key in given:
-                answers[request.key] = given[request.key]
-            else:
-                raise UsageError(
-                    f"the workflow asks {request.key} ({request.payload!r}); pass "
-                    f"responses={{{request.key!r}: ...}} or a function of the request"
-                )
-        return answers
+        return answer_requests(self.responses, requests, "explore_workers()")
 
     def _trial(self, plan: WorkerPlan) -> Trial:
         fault = None if plan.fault is None else (plan.fault.kind, plan.fault.at)
