@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import tarfile
+from io import BytesIO
+from pathlib import Path
 
 import trio
 
 import tether
+
+#: The repository the benchmarks belong to.
+REPO = Path(__file__).resolve().parent.parent
 
 
 def load_text() -> str:
@@ -51,3 +57,31 @@ def print_environment(quick: bool) -> None:
         f"{' (--quick)' if quick else ''}"
     )
     print(f"load:     {load_text()}; source: {source_text()}")
+
+
+def extract_src(rev: str, folder: Path) -> tuple[Path | None, str]:
+    """``src/`` of commit *rev* of this repository under *folder*, or ``None`` and why not.
+
+    The baseline a benchmark measures in the same run as the working tree.
+    """
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if commit.returncode != 0:
+            return None, f"commit {rev} is not available (not a git checkout, or shallow)"
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"git is not available ({exc!r})"
+    if archive.returncode != 0:
+        return None, f"git archive {rev} failed: {archive.stderr.decode(errors='replace')}"
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder / "src", commit.stdout.strip()

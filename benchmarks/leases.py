@@ -41,12 +41,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +54,7 @@ import trio.testing
 
 import step_overhead
 import tether
-from _env import print_environment
+from _env import extract_src, print_environment
 
 if TYPE_CHECKING:
     from tether.stores import Store
@@ -138,31 +136,6 @@ def run_worker(tree_src: Path, configs: list[StepConfig]) -> dict[str, Any]:
     return result
 
 
-def extract_before(folder: Path) -> tuple[Path | None, str]:
-    """``src/`` of commit BEFORE under *folder*, or ``None`` and why not."""
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{BEFORE}^{{commit}}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if commit.returncode != 0:
-            return None, f"commit {BEFORE} is not available (not a git checkout, or shallow)"
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", "--format=tar", BEFORE, "src"],
-            capture_output=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"git is not available ({exc!r})"
-    if archive.returncode != 0:
-        return None, f"git archive {BEFORE} failed: {archive.stderr.decode(errors='replace')}"
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return folder / "src", commit.stdout.strip()
-
-
 def per_step_us(
     result: Mapping[str, Any],
     name: str,
@@ -181,7 +154,7 @@ def part1(quick: bool) -> list[str]:
     print(f"part 1: per-step time, now against before leases ({BEFORE})")
     summary: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tether-bench-before-") as name:
-        before_src, why = extract_before(Path(name))
+        before_src, why = extract_src(BEFORE, Path(name))
         if before_src is None:
             print(f"note:     skipped: {why}")
             print()

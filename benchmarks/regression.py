@@ -33,9 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -113,41 +111,16 @@ def run_worker(tree_src: Path, quick: bool) -> dict[str, Any]:
     return result
 
 
-def extract(rev: str, folder: Path) -> tuple[Path | None, str]:
-    """``src/`` of commit *rev* under *folder*, or ``None`` and why not."""
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if commit.returncode != 0:
-            return None, f"commit {rev} is not available (not a git checkout, or shallow)"
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
-            capture_output=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"git is not available ({exc!r})"
-    if archive.returncode != 0:
-        return None, f"git archive {rev} failed: {archive.stderr.decode(errors='replace')}"
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    return folder / "src", commit.stdout.strip()
-
-
 def main(quick: bool, before: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _env import print_environment
+    from _env import extract_src, print_environment
 
     print("tether benchmark: resume and store figures now against before, in one run")
     print_environment(quick)
     print(f"target:   every figure now/before <= 1 (above {SLOWER:g}x flagged)")
     rounds = 2 if quick else 6
     with tempfile.TemporaryDirectory(prefix="tether-bench-before-") as name:
-        before_src, why = extract(before, Path(name))
+        before_src, why = extract_src(before, Path(name))
         if before_src is None:
             print(f"note:     skipped: {why}")
             return
