@@ -9,8 +9,8 @@ default:
 demo *ARGS:
     python -m tether demo {{ARGS}}
 
-# the whole suite: lint, type check, every test (slow ones included)
-test: lint typecheck
+# the whole suite: lint, type check, the docs site, every test (slow ones included)
+test: lint typecheck docs-site
     python -m pytest
 
 # the tests without the slow exploration ones
@@ -19,8 +19,8 @@ test-quick:
 
 # ruff: lint and formatting
 lint:
-    ruff check src tests benchmarks examples
-    ruff format --check src tests benchmarks examples
+    ruff check src tests benchmarks examples docs/_hooks
+    ruff format --check src tests benchmarks examples docs/_hooks
 
 # mypy, strict
 typecheck:
@@ -39,9 +39,14 @@ bench:
 
 # format the code
 fmt:
-    ruff format src tests benchmarks examples
-    ruff check --fix src tests benchmarks examples
+    ruff format src tests benchmarks examples docs/_hooks
+    ruff check --fix src tests benchmarks examples docs/_hooks
 
 # the docs are Markdown under docs/; their examples run as tests
 docs:
     python -m pytest tests/test_docs.py -q
+
+# the docs as a website in site/ (MkDocs): strict, so a warning (a broken link,
+# a docstring griffe cannot parse, a page missing from the nav) fails the build
+docs-site:
+    NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir site

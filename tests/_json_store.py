@@ -3,14 +3,16 @@
 It is written as a third-party store would be: records as JSON text, and every
 lease rule taken from the helpers ``tether.stores`` gives store authors
 (``decide_claim``, ``fenced_update``, ``check_append``, ``decide_cancel``,
-``renewal``, ``first_gap``), inside its atomic steps (no await between a read
-and its write). Each broken store in the tests overrides one method to break
-one rule, and the conformance check for that rule must catch it.
+``renewal``, ``first_gap``, ``check_served``, ``dumps_served``), inside its
+atomic steps (no await between a read and its write). Each broken store in the
+tests overrides one method to break one rule, and the conformance check for that
+rule must catch it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -22,17 +24,23 @@ from tether.stores import (
     RecordDecodeError,
     Renewal,
     RunRecord,
+    Served,
     Store,
+    WorkerAd,
     check_append,
+    check_delete,
     check_run_filter,
+    check_served,
     decide_cancel,
     decide_claim,
     decide_dispatch,
     dispatchable,
     dumps_record,
+    dumps_served,
     fenced_update,
     first_gap,
     loads_record,
+    loads_served,
     renewal,
 )
 
@@ -47,6 +55,7 @@ class JsonStore:
         self.runs: dict[str, str] = {}
         self.journals: dict[str, list[str]] = {}
         self.leases: dict[str, float] = {}  # owner -> expiry, Trio time
+        self.workers: dict[str, tuple[str, float]] = {}  # owner -> (serves JSON, expiry)
 
     async def open(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -90,6 +99,14 @@ class JsonStore:
         await trio.lowlevel.checkpoint()
         return self.read(run_id)
 
+    async def delete_run(self, run_id: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        if not check_delete(self.read(run_id), run_id=run_id):
+            return False
+        del self.runs[run_id]
+        self.journals.pop(run_id, None)
+        return True
+
     async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
         selected = check_run_filter(**filters)  # status=, workflow=, after=, limit=
         await trio.lowlevel.checkpoint()
@@ -124,20 +141,42 @@ class JsonStore:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
+        served = check_served(workflows)
         await trio.lowlevel.checkpoint()
         for run_id in self.runs:
             current = self.decode_run(run_id)
-            if dispatchable(current, workflows=workflows, gone=gone):
+            if dispatchable(current, workflows=served, gone=gone):
                 decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
                 self.write(decision.store)
                 if decision.claimed:
                     self.leases[owner] = trio.current_time() + ttl
                     return self.decode_run(run_id)
         return None
+
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        text = dumps_served(check_served(serves))
+        await trio.lowlevel.checkpoint()
+        if ttl:
+            self.workers[owner] = (text, trio.current_time() + ttl)
+        else:
+            self.workers.pop(owner, None)
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        await trio.lowlevel.checkpoint()
+        now = trio.current_time()
+        return [
+            WorkerAd(
+                owner=owner,
+                serves=loads_served(text),
+                expires_at=datetime.fromtimestamp(expires, UTC),
+            )
+            for owner, (text, expires) in sorted(self.workers.items())
+            if expires > now
+        ]
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         await trio.lowlevel.checkpoint()

@@ -19,6 +19,8 @@ EXPECTED = {
         "part 2: overshoot past a caller deadline",
         "bare asyncio TaskGroup",
         "part 2, N=100 : tether overshoot p50",
+        "part 2, the same samples from the event loop's first wake-up",
+        "from the wake-up at the deadline, p50: tether",
     ),
     "deterministic.py": ("trio.run ms", "seeded ms", "trial ms", "trials/s"),
     "leases.py": (
@@ -49,6 +51,8 @@ EXPECTED = {
         "part 1: committed steps/s, group commit vs one commit per save",
         "part 2: latency of one durable sequential step",
         "append alone",
+        "thread hop",
+        "of which the thread hop alone",
         "group commit at W=100 on sqlite full:",
         "group commit at W=100 on file:",
         "durable sequential step on sqlite full:",

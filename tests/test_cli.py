@@ -1,4 +1,4 @@
-"""``tether runs list`` / ``show`` / ``cancel``, ``tether run`` / ``resume``.
+"""``tether runs list`` / ``show`` / ``cancel`` (``run`` and ``resume``: ``test_cli_exec.py``).
 
 The tests are synchronous, as the command line is: ``main`` calls ``trio.run``.
 A test that needs a run held by a live engine while the command line reads it
@@ -9,7 +9,6 @@ thread (:func:`cli_beside`).
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import socket
@@ -26,7 +25,7 @@ import tether
 from tether._cli import main
 from tether.stores import RunRecord, Store
 
-SRC = Path(tether.__file__).resolve().parent.parent
+from ._cli import Result, cli, run_tether, usage_error
 
 
 @attrs.frozen
@@ -90,26 +89,6 @@ def populated(request: pytest.FixtureRequest, tmp_path: Path) -> Populated:
         path.mkdir()
         trio.run(populate, file_store(path))
     return Populated(f"{kind}:{path}", path)
-
-
-@attrs.frozen
-class Result:
-    status: int
-    out: str
-    err: str
-
-
-def cli(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), out=out, err=err)
-    return Result(status, out.getvalue(), err.getvalue())
-
-
-def usage_error(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 # -- runs list ---------------------------------------------------------------------------
@@ -481,6 +460,7 @@ def test_cancel_paused_failed_and_interrupted_runs(kind: str, tmp_path: Path) ->
         assert r.status == 1
         assert r.err.startswith(f"tether: run {run_id}: RunCancelledError: ")
         assert "failed" not in r.err
+        assert r.out == ""  # never "started": it was refused before it executed
         # Cancelling again does nothing, and says so.
         r = cli("runs", "cancel", run_id, "--store", spec)
         assert (r.status, r.out, r.err) == (0, f"run {run_id} was already cancelled\n", "")
@@ -575,7 +555,7 @@ def test_a_run_a_live_engine_executes_shows_its_owner_until_cancelled(
             assert not any(line.startswith("cancel:") for line in lines)
             # Resuming it elsewhere is refused, and not reported as a failure of the run.
             r = await cli_beside("resume", "h-1", "--store", spec)
-            assert r.status == 1
+            assert (r.status, r.out) == (1, "")  # never "started" here
             assert r.err.startswith(
                 f"tether: run h-1: RunConflictError: run 'h-1' is executing elsewhere: "
                 f"owner {engine.owner} holds its lease"
@@ -706,21 +686,6 @@ def test_runs_held_by_other_processes(tmp_path: Path) -> None:
 # -- as a real process, without the workflow's code ----------------------------------------
 
 
-def run_tether(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "200"
-    env.pop("TETHER_STORE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "tether", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=env,
-    )
-
-
 def test_python_dash_m_tether_runs_in_a_fresh_process(populated: Populated) -> None:
     # The child process never imports this module: the workflow is unknown there,
     # and the result is shown as the plain JSON it was stored as.
@@ -744,65 +709,3 @@ def test_python_dash_m_tether_runs_in_a_fresh_process(populated: Populated) -> N
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "run bad-2 cancelled (it was failed; its journal is kept)\n"
-
-
-# -- tether run / tether resume: execute with live progress ---------------------------
-
-
-def test_run_pauses_then_resume_completes_with_live_progress(tmp_path: Path) -> None:
-    store = f"sqlite:{tmp_path / 'runs.db'}"
-    flow = "tests._cli_flows:sum_then_confirm"
-    r = cli("run", flow, "2", "3", "o-1", "--run-id", "c-1", "--store", store)
-    assert r.status == 3, r.err  # paused
-    assert r.out.splitlines()[:4] == [
-        "run c-1: started (tests.cli.sum_then_confirm)",
-        "  step add#0: started",
-        "  add#0: stored (seq 1)",
-        "  step add#0: finished",
-    ]
-    assert '  ask#0 (bool): {"total": 5}' in r.out
-    assert "tether resume c-1 --respond 'ask#0=...'" in r.out
-
-    r = cli(
-        "resume",
-        "c-1",
-        "--import",
-        "tests._cli_flows",
-        "--respond",
-        "ask#0=maybe",
-        "--store",
-        store,
-    )
-    assert r.status == 1
-    assert "InvalidResponseError" in r.err and "ask#0" in r.err
-
-    r = cli(
-        "resume", "c-1", "--import", "tests._cli_flows", "--respond", "ask#0=true", "--store", store
-    )
-    assert r.status == 0, r.err
-    assert r.out.splitlines() == [
-        "run c-1: started (tests.cli.sum_then_confirm)",
-        "run c-1: completed: 'o-1: 5 confirmed'",
-        '"o-1: 5 confirmed"',
-    ]
-    r = cli("runs", "show", "c-1", "--store", store)
-    assert "status:    completed" in r.out
-
-
-def test_run_failures_and_bad_targets(tmp_path: Path) -> None:
-    store = f"sqlite:{tmp_path / 'runs.db'}"
-    r = cli("run", "tests._cli_flows:boom", "--store", store)
-    assert r.status == 1
-    assert "ValueError: boom" in r.err
-    r = cli("run", "tests._cli_flows:not_a_workflow", "--store", store)
-    assert r.status == 1
-    assert "not a @tether.workflow" in r.err
-    r = cli("run", "no_such_module_here:wf", "--store", store)
-    assert r.status == 1
-    assert "cannot import module 'no_such_module_here'" in r.err
-    r = cli("resume", "nope", "--store", store)
-    assert r.status == 1
-    assert "RunNotFoundError" in r.err
-    with pytest.raises(SystemExit) as exited:
-        cli("resume", "nope", "--respond", "no-equals-sign", "--store", store)
-    assert exited.value.code == 2

@@ -23,7 +23,6 @@ matters (the password tests), run as ``python -m tether`` processes.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import signal
@@ -32,7 +31,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
@@ -42,6 +40,7 @@ from tether._cli_stores import READ_RETRY_TIMEOUT, StoreSpec
 from tether.stores import RunStatus
 
 from . import _fleet
+from ._cli import cli
 from ._fleet import RawStore, TetherProcess
 from ._postgres import SECRET_PASSWORD, SECRET_USER, PostgresServer
 
@@ -49,19 +48,6 @@ from ._postgres import SECRET_PASSWORD, SECRET_USER, PostgresServer
 PATIENCE = 60.0
 FIVE = "tests._fleet:five"
 GATED = "tests._fleet:gated"
-
-
-@attrs.frozen
-class Result:
-    status: int
-    out: str
-    err: str
-
-
-def cli(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), out=out, err=err)
-    return Result(status, out.getvalue(), err.getvalue())
 
 
 def listed(spec: str, *options: str) -> list[dict[str, Any]]:

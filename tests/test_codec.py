@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import itertools
 import json
 import math
+import operator
 import random
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from types import GenericAlias
-from typing import Any, Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple, NotRequired, Optional, Required, TypedDict
+from uuid import UUID
 from zoneinfo import ZoneInfo
 
 import attrs
@@ -31,6 +36,8 @@ from hypothesis import strategies as st
 import tether
 from tether._codec import codec, dumps, loads
 from tether.stores import EntryStatus, RunStatus, Store
+
+from ._money import Price
 
 WHAT = "step x#0"
 
@@ -58,6 +65,25 @@ class Level(enum.IntEnum):
 class Size(enum.StrEnum):
     S = "s"
     M = "m"
+
+
+class Perm(enum.IntFlag):
+    R = 4
+    W = 2
+    X = 1
+
+
+class Pair(NamedTuple):
+    left: int
+    right: str | None = None
+
+
+# The functional syntax: in this module's string annotations (from __future__
+# import annotations), typing could not read the class syntax's marks.
+Address = TypedDict("Address", {"street": str, "number": NotRequired[int]})  # noqa: UP013
+Options = TypedDict(  # noqa: UP013
+    "Options", {"name": Required[str], "verbose": bool}, total=False
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -135,6 +161,20 @@ finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 offsets = st.integers(min_value=-86399, max_value=86399).map(lambda s: timedelta(seconds=s))
 timezones = st.just(UTC) | st.builds(timezone, offsets)
 datetimes = st.datetimes() | st.datetimes(timezones=timezones)
+times = st.times() | st.times(timezones=timezones)
+decimals = st.decimals(allow_nan=False, allow_infinity=False)
+_segments = st.text(st.characters(exclude_characters="/\\:\x00"), min_size=1, max_size=4)
+posix_paths = st.builds(
+    lambda root, parts: PurePosixPath(root, *parts),
+    st.sampled_from(["", "/", "//"]),
+    st.lists(_segments, max_size=3),
+)
+windows_paths = st.builds(
+    lambda anchor, parts: PureWindowsPath(anchor, *parts),
+    st.sampled_from(["", "C:", "C:\\", "\\\\server\\share\\"]),
+    st.lists(_segments, max_size=3),
+)
+prices = st.builds(Price, decimals, st.sampled_from(["EUR", "USD", ""]))
 points = st.builds(Point, x=st.integers(), y=finite_floats)
 moneys = st.builds(Money, amount=finite_floats, currency=st.text(max_size=3))
 shapes: st.SearchStrategy[Shape] = st.deferred(
@@ -158,11 +198,41 @@ LEAVES: list[Spec] = [
     Spec(bytes, st.binary(), True),
     Spec(datetime, datetimes, True),
     Spec(date, st.dates(), True),
+    Spec(time, times, True),
+    Spec(timedelta, st.timedeltas(), True),
+    Spec(Decimal, decimals, True),
+    Spec(UUID, st.uuids(), True),
+    Spec(PurePosixPath, posix_paths, True),
+    Spec(PureWindowsPath, windows_paths, True),
+    Spec(PurePath, posix_paths, True),  # the flavour of this (POSIX) machine
+    Spec(Path, posix_paths.map(Path), True),
+    Spec(Price, prices, True),  # registered with tether.register_type
     Spec(Color, st.sampled_from(Color), True),
     Spec(Mood, st.sampled_from(Mood), True),
     Spec(Level, st.sampled_from(Level), True),
     Spec(Size, st.sampled_from(Size), True),
+    Spec(
+        Perm,
+        st.sets(st.sampled_from(list(Perm))).map(
+            lambda s: functools.reduce(operator.or_, s, Perm(0))
+        ),
+        True,
+    ),
     Spec(Literal["a", 1, True], st.sampled_from(["a", 1, True]), True),
+    Spec(
+        Literal[Color.RED, Level.HIGH, None], st.sampled_from([Color.RED, Level.HIGH, None]), True
+    ),
+    Spec(Pair, st.builds(Pair, st.integers(), st.none() | st.text()), True),
+    Spec(
+        Address,
+        st.fixed_dictionaries({"street": st.text()}, optional={"number": st.integers()}),
+        False,
+    ),
+    Spec(
+        Options,
+        st.fixed_dictionaries({"name": st.text()}, optional={"verbose": st.booleans()}),
+        False,
+    ),
     Spec(Point, points, True),
     Spec(Shape, shapes, True),
     Spec(Money, moneys, True),
@@ -192,6 +262,19 @@ LEAVES: list[Spec] = [
     ),
     Spec(Mood | Level, st.sampled_from(Mood) | st.sampled_from(Level), True),
     Spec(float | int, finite_floats | st.integers(), True),
+    Spec(UUID | Decimal, st.uuids() | decimals, True),  # both strings; each reads only its own
+    Spec(date | timedelta | None, st.dates() | st.timedeltas() | st.none(), True),
+]
+
+#: Types written as JSON strings, so they may be object keys.
+KEYS: list[Spec] = [
+    Spec(Mood, st.sampled_from(Mood), True),
+    Spec(Size, st.sampled_from(Size), True),
+    Spec(UUID, st.uuids(), True),
+    Spec(Decimal, decimals, True),
+    Spec(date, st.dates(), True),
+    Spec(PurePosixPath, posix_paths, True),
+    Spec(Literal["x", "y"], st.sampled_from(["x", "y"]), True),
 ]
 
 _class_ids = itertools.count()
@@ -209,6 +292,27 @@ def _attrs_class(a: Spec, b: Spec) -> Spec:
 def _dataclass(a: Spec, b: Spec) -> Spec:
     cls = dataclasses.make_dataclass(f"Data{next(_class_ids)}", [("a", a.tp), ("b", b.tp)])
     return Spec(cls, st.builds(cls, a=a.values, b=b.values), False)
+
+
+_make_named_tuple: Any = NamedTuple  # built at run time: a type checker cannot follow it
+_make_typed_dict: Any = TypedDict
+
+
+def _named_tuple(a: Spec, b: Spec) -> Spec:
+    cls = _make_named_tuple(f"Tup{next(_class_ids)}", [("a", a.tp), ("b", b.tp)])
+    return Spec(cls, st.builds(cls, a.values, b.values), a.hashable and b.hashable)
+
+
+def _typed_dict(a: Spec, b: Spec) -> Spec:
+    """A TypedDict with a required and a NotRequired field (or total=False and Required)."""
+    n = next(_class_ids)
+    name = f"Dict{n}"
+    if n % 2:  # both spellings, by the id's parity
+        cls = _make_typed_dict(name, {"a": a.tp, "b": NotRequired[b.tp]})
+    else:
+        cls = _make_typed_dict(name, {"a": Required[a.tp], "b": b.tp}, total=False)
+    values = st.fixed_dictionaries({"a": a.values}, optional={"b": b.values})
+    return Spec(cls, values, False)
 
 
 def _containers(children: st.SearchStrategy[Spec]) -> st.SearchStrategy[Spec]:
@@ -235,10 +339,10 @@ def _containers(children: st.SearchStrategy[Spec]) -> st.SearchStrategy[Spec]:
                 False,
             )
         ),
-        one(
-            lambda s: Spec(
-                GenericAlias(dict, (Mood, s.tp)),
-                st.dictionaries(st.sampled_from(Mood), s.values),
+        st.tuples(st.sampled_from(KEYS), children).map(
+            lambda kv: Spec(
+                GenericAlias(dict, (kv[0].tp, kv[1].tp)),
+                st.dictionaries(kv[0].values, kv[1].values, max_size=3),
                 False,
             )
         ),
@@ -256,6 +360,8 @@ def _containers(children: st.SearchStrategy[Spec]) -> st.SearchStrategy[Spec]:
         ),
         two(_attrs_class),
         two(_dataclass),
+        two(_named_tuple),
+        two(_typed_dict),
     )
 
 
@@ -267,8 +373,10 @@ def assert_identical(value: Any, back: Any, path: str = "value") -> None:
     """*back* equals *value* and has the same type, all the way down."""
     assert type(back) is type(value), f"{path}: {type(value)} came back as {type(back)}"
     assert back == value, path
-    if isinstance(value, datetime):
+    if isinstance(value, datetime | time):
         assert back.utcoffset() == value.utcoffset(), path
+    elif isinstance(value, Decimal | PurePath | Price):
+        assert repr(back) == repr(value), path  # a Decimal's exponent, a path's spelling
     elif isinstance(value, list | tuple):
         assert len(back) == len(value), path
         for i, (v, b) in enumerate(zip(value, back, strict=True)):
@@ -286,6 +394,9 @@ def assert_identical(value: Any, back: Any, path: str = "value") -> None:
     elif dataclasses.is_dataclass(value):
         for dfield in dataclasses.fields(value):
             name = dfield.name
+            assert_identical(getattr(value, name), getattr(back, name), f"{path}.{name}")
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        for name in value._fields:
             assert_identical(getattr(value, name), getattr(back, name), f"{path}.{name}")
 
 
@@ -568,7 +679,18 @@ UNSUPPORTED: list[tuple[str, Callable[[], Any], Any]] = [
     ("str-as-enum", lambda: "sad", Mood),
     ("bool-as-int", lambda: True, int),
     ("list-as-tuple", lambda: [1, 2], tuple[int, ...]),
-    ("timedelta", lambda: timedelta(1), timedelta),
+    ("timedelta-unannotated", lambda: timedelta(1), _unannotated),
+    ("decimal-nan", lambda: Decimal("NaN"), Decimal),
+    ("decimal-as-float", lambda: Decimal("1.5"), float),
+    ("float-as-decimal", lambda: 1.5, Decimal),
+    ("uuid-as-str", lambda: UUID(int=1), str),
+    ("zoneinfo-time", lambda: time(9, tzinfo=ZoneInfo("Europe/Paris")), time),
+    ("concrete-path-as-pure", lambda: Path("a"), PurePath),
+    ("windows-path-as-pure", lambda: PureWindowsPath("a"), PurePath),
+    ("named-tuple-unannotated", lambda: Pair(1, "x"), _unannotated),
+    ("named-tuple-as-tuple", lambda: Pair(1, "x"), tuple[int, str]),
+    ("typed-dict-extra-key", lambda: {"street": "x", "zip": 1}, Address),
+    ("literal-other-value", lambda: "b", Literal["a"]),
     ("big-int-as-float", lambda: 2**53 + 1, float),  # would come back rounded
     ("bytes-as-str-union", lambda: b"ab", bytes | str),  # ambiguous: comes back a str
 ]

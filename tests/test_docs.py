@@ -8,13 +8,18 @@
 - the ```python blocks of ``how-to/test-a-workflow.md``, together, are a test
   module: they are executed here and their tests collected into this module;
 - every other ```python block in ``docs/`` appears verbatim in some example;
-- every relative link (and its #anchor) in ``docs/`` points to something.
+- every relative link (and its #anchor) in ``docs/`` and ``README.md`` points to
+  something in the repository;
+- ``examples/shop``, a project of its own, knows the markers tether's
+  commands use (``pytest -m "not slow"`` works there).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -38,6 +43,10 @@ PAIRED = {
     "how-to/streams.md": "streams.py",
     "how-to/several-processes.md": "processes.py",
     "how-to/scale-out.md": "scale_out.py",
+    "how-to/schedules.md": "schedules.py",
+    "how-to/change-a-workflow.md": "change_workflow.py",
+    "how-to/store-your-own-types.md": "money.py",
+    "how-to/tracing.md": "tracing.py",
 }
 #: examples that wait for other processes, so run on the real clock
 REAL_TIME = frozenset({"processes.py", "scale_out.py"})
@@ -261,19 +270,55 @@ def _anchors(page: Path) -> set[str]:
     return found
 
 
-def test_relative_links_resolve() -> None:
+def _check_relative_links(page: Path) -> int:
+    """Check that the page's relative links resolve inside the repository; count them."""
+    name = page.relative_to(ROOT).as_posix()
+    text = _prose(page)
     checked = 0
-    for page in pages():
-        text = _prose(page)
-        for target in _LINK.findall(text) + _REF_LINK.findall(text):
-            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
-                continue
-            path, _, anchor = target.partition("#")
-            dest = (page.parent / path).resolve() if path else page
-            assert dest.exists(), f"{page_id(page)}: link {target!r}: {dest} does not exist"
-            if anchor and dest.suffix == ".md":
-                assert anchor in _anchors(dest), (
-                    f"{page_id(page)}: link {target!r}: no heading #{anchor} in {dest.name}"
-                )
-            checked += 1
+    for target in _LINK.findall(text) + _REF_LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
+            assert not target.startswith("file:"), f"{name}: link {target!r} is a local file"
+            continue
+        path, _, anchor = target.partition("#")
+        assert not path.startswith("/"), f"{name}: link {target!r} is an absolute path"
+        dest = (page.parent / path).resolve() if path else page
+        assert dest.is_relative_to(ROOT), f"{name}: link {target!r} leaves the repository"
+        assert dest.exists(), f"{name}: link {target!r}: {dest} does not exist"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest), (
+                f"{name}: link {target!r}: no heading #{anchor} in {dest.name}"
+            )
+        checked += 1
+    return checked
+
+
+def test_relative_links_resolve() -> None:
+    checked = sum(_check_relative_links(page) for page in pages())
     assert checked >= 10, f"only {checked} relative links found in docs/"
+
+
+def test_readme_links_stay_in_the_repository() -> None:
+    readme = ROOT / "README.md"
+    assert _check_relative_links(readme) >= 2, "README.md should link to the docs"
+    # Nothing outside the repository is named either, linked or not.
+    assert "../" not in readme.read_text(encoding="utf-8"), "README.md names a path above it"
+
+
+# -- the example project -----------------------------------------------------------------
+
+
+def test_the_example_project_knows_the_slow_marker() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "not slow", "--collect-only", "-q"],
+        cwd=EXAMPLES / "shop",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "nknown marker" not in output, output
+    collected = re.search(r"(\d+) tests? collected", output)
+    assert collected and int(collected.group(1)) >= 20, output

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 import tether
-from tether.stores import Entry, RunRecord, RunStatus
+from tether.stores import Entry, RunRecord, RunStatus, Served
 from tether.testing import (
     WORKER_FAULT_KINDS,
     WorkerExplorer,
@@ -187,7 +187,7 @@ class LeaseBlindStore(tether.MemoryStore):  # type: ignore[misc]  # final, but a
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:

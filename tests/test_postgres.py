@@ -43,6 +43,7 @@ import trio
 
 import tether
 from tether.stores import Entry, RunRecord, RunStatus, utcnow
+from tether.stores._postgres_sql import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from tether.testing import check_store
 
 from ._postgres import (
@@ -145,9 +146,10 @@ async def test_many_stores_open_one_fresh_schema_at_once(server: PostgresServer)
             p.kill()
         for store in stores:
             await store.close()
-    assert server.sql(f'SELECT version FROM "{schema}".tether_schema') == [(1,)]
+    assert server.sql(f'SELECT version FROM "{schema}".tether_schema') == [(PG_SCHEMA_VERSION,)]
     tables = server.sql("SELECT tablename FROM pg_tables WHERE schemaname = %s", schema)
-    assert sorted(t for (t,) in tables) == ["entries", "owners", "runs", "tether_schema"]
+    expected = ["entries", "owners", "runs", "tether_schema", "workers"]
+    assert sorted(t for (t,) in tables) == expected
 
 
 async def test_a_newer_schema_version_is_refused(server: PostgresServer) -> None:
@@ -156,10 +158,11 @@ async def test_a_newer_schema_version_is_refused(server: PostgresServer) -> None
         await store.create_run(_record("kept"))
     server.sql(f'UPDATE "{store.schema}".tether_schema SET version = 99')
     again = server.reopen(store)
-    with pytest.raises(tether.StoreError, match="schema version 99, newer than version 1"):
+    newer = f"schema version 99, newer than version {PG_SCHEMA_VERSION}"
+    with pytest.raises(tether.StoreError, match=newer):
         await again.open()
     await again.close()  # safe after a failed open
-    server.sql(f'UPDATE "{store.schema}".tether_schema SET version = 1')
+    server.sql(f'UPDATE "{store.schema}".tether_schema SET version = {PG_SCHEMA_VERSION}')
     async with opened(server.reopen(store)) as store:
         assert [r.run_id for r in await store.list_runs()] == ["kept"]
 
@@ -423,6 +426,40 @@ async def _read_with_deadline(store: tether.PostgresStore, deadline: float) -> N
     with trio.move_on_after(deadline) as scope:
         await store.get_run("r")
     assert scope.cancelled_caught, "a read on a stopped server returned"
+
+
+async def test_a_watch_cancelled_before_its_thread_starts_returns(server: PostgresServer) -> None:
+    # Cancelled before its listening thread got a slot, watch() used to wait
+    # (shielded) for a thread that never started: an engine block whose body
+    # was already cancelled hung forever.
+    async with opened(server.store()) as store:
+        with trio.fail_after(PATIENCE), trio.CancelScope() as scope:
+            scope.cancel()
+            await store.watch(lambda: None)
+        assert scope.cancelled_caught
+    with trio.fail_after(PATIENCE), trio.CancelScope() as outer:
+        outer.cancel()
+        async with tether.open_engine(server.store()):
+            pass
+    assert outer.cancelled_caught
+
+
+async def test_a_close_cancelled_before_its_thread_starts_still_shuts_down(
+    server: PostgresServer,
+) -> None:
+    # Cancelled on entry, close() used to wait (shielded) for a shutdown
+    # thread that never started: it hung, even under a deadline.
+    store = server.store()
+    await store.open()
+    writer = store._writer.thread
+    assert writer is not None
+    with trio.fail_after(PATIENCE), trio.CancelScope() as scope:
+        scope.cancel()
+        await store.close()
+    assert scope.cancelled_caught
+    assert not writer.is_alive(), "close() left the writer thread running"
+    with trio.fail_after(PATIENCE):
+        await store.close()  # closed: nothing left to do
 
 
 async def test_an_open_on_a_stopped_server_is_cancellable(server: PostgresServer) -> None:

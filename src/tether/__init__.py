@@ -4,6 +4,9 @@ A workflow is a plain ``async def``; its steps are journaled, so a run that
 crashes, fails or times out resumes without repeating finished steps.
 """
 
+from ._clock import Clock as Clock
+from ._clock import SystemClock as SystemClock
+from ._codec_registry import register_type as register_type
 from ._context import Handle as Handle
 from ._context import Parallel as Parallel
 from ._context import ask as ask
@@ -41,10 +44,14 @@ from ._events import StepFinished as StepFinished
 from ._events import StepStarted as StepStarted
 from ._events import StreamItem as StreamItem
 from ._hooks import HookEvent as HookEvent
+from ._patches import deprecate_patch as deprecate_patch
+from ._patches import patched as patched
 from ._progress import describe_event as describe_event
 from ._progress import show_progress as show_progress
 from ._requests import Paused as Paused
 from ._requests import Request as Request
+from ._schedule import Schedule as Schedule
+from ._schedule import schedule as schedule
 from ._stream import Stream as Stream
 from ._stream import cleanup_scope as cleanup_scope
 from ._stream import open_stream as open_stream
@@ -66,6 +73,7 @@ from .stores import SQLiteStore as SQLiteStore
 __all__ = (
     "CheckpointCorruptError",
     "CheckpointStored",
+    "Clock",
     "CodecError",
     "Engine",
     "FileStore",
@@ -95,10 +103,12 @@ __all__ = (
     "RunStatus",
     "SQLiteStore",
     "SaveTimeoutError",
+    "Schedule",
     "Step",
     "StepFinished",
     "StepStarted",
     "StoreError",
+    "SystemClock",
     "Stream",
     "StreamClosed",
     "StreamItem",
@@ -113,11 +123,15 @@ __all__ = (
     "__version__",
     "ask",
     "cleanup_scope",
+    "deprecate_patch",
     "describe_event",
     "open_engine",
     "open_stream",
     "open_worker",
     "parallel",
+    "patched",
+    "register_type",
+    "schedule",
     "show_progress",
     "step",
     "stream_step",

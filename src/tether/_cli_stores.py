@@ -26,6 +26,7 @@ __all__ = (
     "Missing",
     "SpecError",
     "StoreSpec",
+    "store_help",
 )
 
 #: The environment variable that names the store of every command.
@@ -39,18 +40,33 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: execute runs, and must ride out an outage).
 READ_RETRY_TIMEOUT: Final = 10.0
 
-STORE_HELP = f"""\
+
+_KINDS = f"""\
 stores:
-  sqlite:PATH         a tether.SQLiteStore database file (it must exist)
-  file:DIR            a tether.FileStore directory (it must exist)
+  sqlite:PATH         a tether.SQLiteStore database file
+  file:DIR            a tether.FileStore directory
   postgresql://...    a tether.PostgresStore (needs tether[postgres]); the
                       password is never printed: prefer PGPASSWORD or ~/.pgpass
   The store is --store, else the environment variable {STORE_ENV}, else
-  {DEFAULT_STORE} (tether.db in the current directory).
+  {DEFAULT_STORE} (tether.db in the current directory)."""
 
-exit status: 0 on success, 1 when the run or store does not exist, the
-store cannot be read, or the run cannot be cancelled (it has completed),
-2 for a usage error."""
+
+def store_help(*, creates: bool) -> str:
+    """The ``stores:`` section of a command's help; *creates*: the command creates a
+    store that does not exist yet (``run``, ``submit``, ``worker``); the others never do."""
+    if creates:
+        return f"{_KINDS}\n  This command creates the store if it does not exist yet."
+    return (
+        f"{_KINDS}\n  This command never creates a store: a missing one is an error\n"
+        "  (exit status 1), and nothing is created."
+    )
+
+
+#: The ``stores:`` section of the help of ``tether`` itself.
+STORE_HELP: Final = f"""\
+{_KINDS}
+  `run`, `submit` and `worker` create the store if it does not exist; the
+  other commands never create one (a missing one is an error, exit status 1)."""
 
 
 class SpecError(ValueError):
@@ -109,18 +125,20 @@ class StoreSpec:
             return SQLiteStore(self.path)
         return FileStore(self.path)
 
-    def open_existing(self) -> Store:
-        """The store, if it exists; a read command must not create a file or a directory.
+    def open_existing(self, *, retry_timeout: float | None = READ_RETRY_TIMEOUT) -> Store:
+        """The store, if it exists; a command that reads runs must not create a file or a
+        directory (``runs``, and ``resume``: a run to resume is in an existing store).
 
         (A PostgreSQL database exists or the connection fails, after
-        :data:`READ_RETRY_TIMEOUT` seconds of retries at most; tether's
+        *retry_timeout* seconds of retries at most (``None``: the store's own
+        minute, for ``resume``, which must ride out an outage); tether's
         tables in it are created on open, as for every command.)
 
         Raises:
             Missing: there is no such file or directory.
         """
         if self.kind == "postgres":
-            return self._postgres(retry_timeout=READ_RETRY_TIMEOUT)
+            return self._postgres(retry_timeout=retry_timeout)
         if self.kind == "sqlite":
             if not self.path.is_file():
                 what = "is a directory" if self.path.is_dir() else "does not exist"

@@ -5,13 +5,17 @@ defines (``tether.open_worker``) until SIGTERM or SIGINT, then drains: it
 stops claiming, gives the runs it holds ``--grace`` seconds, cancels the
 rest as a caller cancellation and releases their leases, so other workers
 take them over at once. Run outcomes and lost leases are logged to stderr
-(the ``tether.worker`` logger); the worker itself exits 0 after a drain.
+(the ``tether.worker`` logger); the worker itself exits 0 after a drain. It
+also serves the schedules MODULE defines (``tether.schedule``; see
+``_cli_schedules``), unless ``--no-schedules``.
 
-``tether submit MODULE:WORKFLOW ARGS…`` stores a queued run and prints its id.
+``tether submit MODULE:WORKFLOW ARGS…`` stores a queued run and prints its id
+(its arguments decoded as ``tether run`` decodes them).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 from collections.abc import Sequence
@@ -19,12 +23,19 @@ from typing import Any, TextIO
 
 import trio
 
-from ._cli_exec import parse_value, resolve_workflow
+from ._cli_args import decode_args, import_modules, resolve_workflow
+from ._cli_exits import EXIT_FAILED, EXIT_OK
+from ._cli_format import cli_message
+from ._cli_schedules import module_schedules
+from ._cli_stores import StoreSpec
 from ._engine import open_engine
+from ._errors import TetherError
+from ._schedule import Schedule
 from ._worker import open_worker
+from ._workflow import Workflow
 from .stores import Store
 
-__all__ = ("serve", "submit")
+__all__ = ("queue_command", "serve", "submit")
 
 
 async def _serve(
@@ -36,17 +47,20 @@ async def _serve(
     grace: float,
     lease_ttl: float,
     poll_interval: float,
+    schedules: Sequence[Schedule],
     out: TextIO,
 ) -> int:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with open_engine(store, lease_ttl=lease_ttl) as engine:
-            names = ", ".join(sorted(engine.workflow_names())) or "(none)"
+            keys = engine.workflow_keys()  # name@version for the versioned ones
+            names = ", ".join(sorted(n if v is None else f"{n}@{v}" for n, v in keys)) or "(none)"
             async with open_worker(
                 engine,
                 concurrency=concurrency,
                 max_dispatches=max_dispatches,
                 grace=grace,
                 poll_interval=poll_interval,
+                schedules=schedules,
             ) as worker:
                 print(
                     f"tether worker {engine.owner} serving {names} from {shown} "
@@ -54,6 +68,9 @@ async def _serve(
                     file=out,
                     flush=True,
                 )
+                if schedules:
+                    served = ", ".join(f"{s.name} ({s.cron})" for s in schedules)
+                    print(f"tether worker {engine.owner}: schedules {served}", file=out, flush=True)
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     print(
@@ -68,8 +85,15 @@ async def _serve(
     return 0
 
 
-def serve(store: Store, shown: str, args: Any, out: TextIO, err: TextIO) -> int:
-    """``tether worker``: serve until SIGTERM/SIGINT; the exit status."""
+def serve(
+    store: Store,
+    shown: str,
+    args: Any,
+    out: TextIO,
+    err: TextIO,
+    schedules: Sequence[Schedule] = (),
+) -> int:
+    """``tether worker``: serve until SIGTERM/SIGINT (and *schedules*); the exit status."""
     handler = logging.StreamHandler(err)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("tether")
@@ -90,6 +114,7 @@ def serve(store: Store, shown: str, args: Any, out: TextIO, err: TextIO) -> int:
                 grace=args.grace,
                 lease_ttl=args.lease_ttl,
                 poll_interval=args.poll_interval,
+                schedules=schedules,
                 out=out,
             )
         )
@@ -98,15 +123,44 @@ def serve(store: Store, shown: str, args: Any, out: TextIO, err: TextIO) -> int:
         driver.removeHandler(handler)
 
 
-async def _submit(store: Store, target: str, values: Sequence[Any], run_id: str | None) -> str:
-    wf = resolve_workflow(target)
+async def _submit(
+    store: Store, wf: Workflow[..., Any], values: Sequence[Any], run_id: str | None
+) -> str:
     async with open_engine(store) as engine:
         return await engine.submit(wf, *values, run_id=run_id)
 
 
-def submit(store: Store, args: Any, out: TextIO) -> int:
-    """``tether submit``: store a queued run, print its id; the exit status."""
-    values = [parse_value(a) for a in args.args]
-    run_id = trio.run(_submit, store, args.workflow, values, args.run_id)
+def submit(store: Store, args: Any, out: TextIO, err: TextIO) -> int:
+    """``tether submit``: store a queued run, print its id; the exit status.
+
+    Raises:
+        BadUsage: the workflow or its arguments are wrong (nothing is stored).
+    """
+    wf = resolve_workflow(args.workflow)
+    values = decode_args(wf, args.workflow, args.args)
+    try:
+        run_id = trio.run(_submit, store, wf, values, args.run_id)
+    except TetherError as exc:
+        print(f"tether: {cli_message(exc)}", file=err)
+        return EXIT_FAILED
     print(run_id, file=out)
-    return 0
+    return EXIT_OK
+
+
+def queue_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``tether submit`` / ``tether worker``; the exit status (both create a missing store).
+
+    Raises:
+        BadUsage: a module does not import, or the workflow or its arguments are wrong.
+    """
+    import_modules(args.imports)
+    serves = args.command == "worker" and args.schedules
+    schedules = module_schedules(args.imports) if serves else ()
+    store = spec.open_for_writing()
+    if args.command == "submit":
+        return submit(store, args, out, err)
+    try:
+        return serve(store, str(spec), args, out, err, schedules)
+    except TetherError as exc:
+        print(f"tether: {type(exc).__name__}: {exc}", file=err)
+        return EXIT_FAILED

@@ -16,6 +16,11 @@ sorted, sets are written sorted by their encoded items, NaN and infinities are
 refused, and object keys must be strings (JSON would silently turn ``1`` into
 ``"1"``).
 
+The standard library's types JSON has no form of (``Decimal``, ``UUID``,
+``timedelta``, ``date``, ``time``, paths, ``bytes``, named tuples) are
+handled in :mod:`._codec_types`; users' own types, registered with
+``tether.register_type``, in :mod:`._codec_registry`.
+
 Nesting is bounded: a value may nest at most :data:`MAX_DEPTH` levels of
 arrays and objects, checked as it is written, so whatever is stored decodes
 again from any call stack. A value nested deeper, in either direction, fails
@@ -24,7 +29,6 @@ as a :class:`CodecError` that says so, never as a ``RecursionError``.
 
 from __future__ import annotations
 
-import base64
 import collections
 import collections.abc as abc
 import dataclasses
@@ -43,6 +47,10 @@ import attrs
 import cattrs
 from cattrs.preconf.json import make_converter
 
+from . import _codec_registry, _codec_types
+from ._codec_types import got as _got
+from ._codec_types import is_named_tuple
+from ._codec_types import show as _show
 from ._errors import CodecError
 
 __all__ = ("MAX_DEPTH", "Codec", "Signature", "codec", "describe", "digest", "dumps", "loads")
@@ -82,18 +90,6 @@ def _describe(tp: Any) -> str:
     if tp is None:
         return "None"
     return repr(tp).replace("typing.", "")
-
-
-def _show(value: Any, width: int) -> str:
-    """``repr(value)`` cut to *width* characters (the repr itself recurses)."""
-    try:
-        return repr(value)[:width]
-    except RecursionError:
-        return "<too deep to show>"
-
-
-def _got(value: Any) -> str:
-    return f"{type(value).__qualname__} {_show(value, 60)}"
 
 
 _TOO_DEEP = (
@@ -157,30 +153,6 @@ def _structure_none(value: Any, _: Any) -> None:
         raise TypeError(f"expected null, got {_got(value)}")
 
 
-def _structure_bytes(value: Any, _: Any) -> bytes:
-    if type(value) is not str:
-        raise TypeError(f"expected bytes as a base85 string, got {_got(value)}")
-    out = base64.b85decode(value)
-    # b85decode tolerates padding and stray lengths; only canonical text is ours.
-    if base64.b85encode(out).decode("ascii") != value:
-        raise ValueError(f"expected bytes as canonical base85 text, got {value!r:.60}")
-    return out
-
-
-def _iso(cl: type[dt.date]) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _: Any) -> Any:
-        if type(value) is not str:
-            raise TypeError(f"expected {cl.__qualname__} as an ISO 8601 string, got {_got(value)}")
-        parsed = cl.fromisoformat(value)
-        # fromisoformat also takes a bare date for a datetime, basic formats,
-        # and so on; only what isoformat() writes is accepted.
-        if type(parsed) is not cl or parsed.isoformat() != value:
-            raise ValueError(f"expected {cl.__qualname__} in isoformat(), got {value!r:.60}")
-        return parsed
-
-    return structure
-
-
 def _is_enum(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
@@ -213,6 +185,8 @@ def _expected_json(tp: Any) -> type | None:
         return list
     if not isinstance(origin, type) or issubclass(origin, (str, bytes, bytearray)):
         return None
+    if is_named_tuple(origin):
+        return dict  # by field name, like the classes below
     try:
         if issubclass(origin, _ARRAY_BASES):
             return list
@@ -352,9 +326,8 @@ def _make_converter() -> cattrs.Converter:
     # wins over predicates), so they see enum subclasses and hand them on.
     for tp in _PRIMITIVES:
         conv.register_structure_hook(tp, _primitive(tp))
-    conv.register_structure_hook(bytes, _structure_bytes)
-    conv.register_structure_hook(dt.datetime, _iso(dt.datetime))
-    conv.register_structure_hook(dt.date, _iso(dt.date))
+    _codec_types.install(conv)
+    _codec_registry.install(conv)
     # Predicates registered later are tried first.
     conv.register_structure_hook_func(lambda t: t is None or t is _NoneType, _structure_none)
     conv.register_structure_hook_func(_is_enum, _structure_enum)
@@ -533,18 +506,29 @@ def _diff(value: Any, back: Any, path: str) -> str | None:
             if found:
                 return found
         return None
+    if _codec_registry.is_registered(tv):
+        # The registration's promise is decode(encode(x)) == x, by the class's own ==.
+        if back == value:
+            return None
+        return (
+            f"{path} is {_show(value, 60)} but comes back as {_show(back, 60)} through the "
+            f"encode and decode functions registered for {tv.__qualname__}"
+        )
     names: list[str] = []
     if attrs.has(tv):
         names = [a.name for a in attrs.fields(tv)]
     elif dataclasses.is_dataclass(tv):
         names = [f.name for f in dataclasses.fields(tv)]
+    elif issubclass(tv, tuple):
+        # A named tuple's fields, by name: its == compares items by value only.
+        names = list(getattr(tv, "_fields", None) or ())
     for name in names:
         found = _diff(getattr(value, name), getattr(back, name), f"{path}.{name}")
         if found:
             return found
     if names:
         return None  # compared field by field, whatever the class's own __eq__ says
-    if tv is dt.datetime:
+    if tv is dt.datetime or tv is dt.time:
         # Wall time and UTC offset, not ==: an aware datetime comes back with a
         # fixed-offset tzinfo, and == between different tzinfos is False for a
         # time in a zone's repeated hour, though nothing was lost.
@@ -564,6 +548,13 @@ def _named(what: object) -> str:
     if type(what) is tuple:
         return str(what[0]).format(*what[1:])
     return str(what)
+
+
+_SUPPORTED = (
+    " Supported: JSON values, attrs classes, dataclasses, named tuples, TypedDicts, enums, "
+    "Literal, datetimes, Decimal, UUID, timedelta, paths, bytes, containers and unions of "
+    "these, and classes registered with tether.register_type."
+)
 
 
 class Codec:
@@ -601,11 +592,10 @@ class Codec:
         try:
             text = dumps(self._conv.unstructure(value, unstructure_as=tp), max_depth=MAX_DEPTH)
         except Exception as exc:
+            supported = "" if _too_deep(exc) else _SUPPORTED  # the type is fine, the value deep
             raise CodecError(
                 f"{_named(what)}: cannot encode {type(value).__qualname__} value "
-                f"{_show(value, 80)} as {_describe(tp)} to JSON ({_explain(exc)}). Supported: "
-                "JSON primitives, attrs classes, dataclasses, enums, datetimes, bytes, tuples, "
-                "sets, Optional/Union and containers of these."
+                f"{_show(value, 80)} as {_describe(tp)} to JSON ({_explain(exc)}).{supported}"
             ) from exc
         try:
             back = self._conv.structure(loads(text), tp)

@@ -1,8 +1,9 @@
 """Step calls, ``parallel()`` and ``ask()``: what workflow code calls inside a run.
 
 A step call (:func:`call_step`) runs the step in the calling task, or
-replays it from the journal; its key is fixed when it is called (or, in a
-``parallel()`` block, when it is started). Its result is snapshotted when it
+replays it from the journal; its key and position are fixed when it is
+called (or, in a ``parallel()`` block, when it is started), and a replayed
+call must match the journal (:mod:`._replay`). Its result is snapshotted when it
 returns, before any other task runs, and returned only once its record is
 stored (durable before visible). A step started in a ``parallel()`` block
 hands its record to the run's saver and ends at once: the block waits for
@@ -27,17 +28,16 @@ import trio
 
 from ._codec import codec, digest
 from ._errors import (
-    CheckpointCorruptError,
     CodecError,
-    NonDeterminismError,
     NotInRunError,
     UsageError,
 )
 from ._events import CheckpointStored, StepFinished, StepStarted
 from ._hooks import HookEvent
+from ._replay import undecodable
 from ._run import Frame, RunState, Wait, current_frame, error_info, frame_var, note_key
 from ._saver import Parked, StoreErrors
-from .stores._protocol import Entry
+from .stores._protocol import Entry, EntryKind
 
 if TYPE_CHECKING:
     from ._workflow import Step
@@ -94,8 +94,9 @@ def call_step(
 ) -> Coroutine[Any, Any, R]:
     """What calling ``step(*args)`` does: :func:`execute_step` under the next key here.
 
-    The key is taken when the step is called (in program order), and the
-    coroutine returned is the step's execution, one frame less to unwind.
+    The key and position are taken when the step is called (in program
+    order), and the coroutine returned is the step's execution, one frame
+    less to unwind.
 
     Raises:
         NotInRunError: outside a run (and, when awaited, in a task tether
@@ -105,19 +106,21 @@ def call_step(
     if frame is None:
         frame = current_frame(f"step {step.name!r}")  # raises NotInRunError
     # (execute_step checks that the task that awaits it is the frame's)
-    return execute_step(frame.run, step, frame.next_key(step.name, key), args, kwargs, None, frame)
+    key, position = frame.next_call(step.name, key)
+    return execute_step(frame.run, step, key, position, args, kwargs, None, frame)
 
 
 async def execute_step(
     run: RunState,
     step: Step[..., Any],
     key: str,
+    position: int,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     child: Handle[Any] | None = None,
     caller: Frame | None = None,
 ) -> Any:
-    """Replay the step with *key* from the journal, or run and journal it.
+    """Replay the step with *key* (at *position*) from the journal, or run and journal it.
 
     *caller* is the frame of the task that called the step, which must be
     the one that awaits it (trio's ``start_soon`` calls a function in the
@@ -132,8 +135,11 @@ async def execute_step(
     :data:`_HANDED_OFF` returned: the block waits for it and reports its end.
 
     Raises:
-        NonDeterminismError: the journal holds the key with other arguments.
-        CheckpointCorruptError: the journaled result does not decode.
+        NonDeterminismError: the call diverges from the journal (other
+            arguments, another position, another call at this one, a result
+            that no longer decodes, nested calls it no longer makes); the
+            execution stops and is undone.
+        CheckpointCorruptError: the journaled result is not JSON.
         Exception: whatever the step raised (after its retries), or its save.
     """
     task = trio.lowlevel.current_task()
@@ -147,6 +153,9 @@ async def execute_step(
     if key in seen:
         run.claim(key)  # raises UsageError
     seen.add(key)
+    replay = run.replay
+    if replay is not None and child is None:  # (a child's was reached when it was started)
+        replay.reach("step", key, position)  # reached when called, cancelled or not
     if child is None:
         await trio.lowlevel.checkpoint()
     else:  # a task just scheduled: a cancel point is enough
@@ -155,29 +164,19 @@ async def execute_step(
     args_digest = digest(_encode_args(args, kwargs, what=what))
     entry = run.journal.get(key)
     if entry is not None:
-        if entry.args_digest != args_digest:
-            raise NonDeterminismError(
-                f"{_STEP_WHAT.format(key, run.run_id)} was journaled (seq {entry.seq}) with "
-                "other arguments than it is called with now: the workflow's code or inputs "
-                "changed since the run started. Start a new run, or give differing calls "
-                "explicit keys."
-            )
-        try:
-            return codec.decode(entry.value or "null", step.signature.return_type, what=what)
-        except CodecError as exc:
-            raise CheckpointCorruptError(
-                f"{_STEP_WHAT.format(key, run.run_id)}: journal entry seq {entry.seq} cannot "
-                "be decoded as the step's "
-                f"return type: {exc}"
-            ) from exc
+        return _replayed(run, step, key, position, entry, args_digest)
     observer = run.observer
     event = (
-        HookEvent(run_id=run.run_id, workflow=run.workflow, name=step.name, key=key)
+        HookEvent(
+            run_id=run.run_id, workflow=run.workflow, name=step.name, key=key, token=run.token
+        )
         if run.hooks.any_step
         else None
     )
     propagating: BaseException | None = None
+    attempt: int | None = None  # the attempt the step ended on, once known
     handed_off = False  # the block reports this step's end
+    marked: Sequence[Entry] = ()  # patch markers this step's save carries
     try:
         if observer is not None:
             observer(StepStarted(run_id=run.run_id, key=key, name=step.name))
@@ -205,11 +204,13 @@ async def execute_step(
             finally:
                 frame_var.reset(token)
             attempt = 1
+        if replay is not None:
+            replay.ended(key, f"step {key}")  # every journaled nested call was reached
         # Snapshot now, synchronously: no other task runs before the value
         # is encoded, so nothing can change what is stored.
         text, decoded = _snapshot(value, step.signature.return_type, what=what)
         saver = run.saver
-        entries = (
+        entries: tuple[Entry, ...] = (
             # (kind STEP and status COMPLETED by default)
             Entry(
                 run_id=run.run_id,
@@ -221,8 +222,12 @@ async def execute_step(
                 attempt=attempt,
                 token=run.token,
                 seq=saver.next_seq,  # numbered ahead when the store takes it at once
+                position=position,
             ),
         )
+        if run.markers:
+            marked = run.take_markers()
+            entries = (*marked, *entries)
         if saver.caller_cancelled:
             await saver.refuse(entries)
         done = saver.append_now(entries)
@@ -232,7 +237,8 @@ async def execute_step(
                 handed_off = True
                 return _HANDED_OFF
             done = await saver.save(entries)
-        stored = done[0]
+        stored = done[-1]  # after the markers it carried, if any
+        marked = ()
         run.journal[key] = stored
         if observer is not None:
             observer(CheckpointStored(run_id=run.run_id, key=key, name=step.name, entry=stored))
@@ -247,18 +253,66 @@ async def execute_step(
     except BaseException as exc:
         propagating = exc
         note_key(exc, key)
+        if marked:
+            run.put_back(marked)
         raise
     finally:
         if not handed_off:
             if event is not None:
-                await run.end_hook(
-                    "on_step_end", attrs.evolve(event, exception=propagating), propagating
-                )
+                if attempt is None and (isinstance(propagating, Exception) or not step.retries):
+                    attempt = step.retries + 1  # it raised out of its last (or only) attempt
+                ended = attrs.evolve(event, exception=propagating, attempt=attempt)
+                await run.end_hook("on_step_end", ended, propagating)
             if observer is not None:
                 observer(
                     StepFinished(run_id=run.run_id, key=key, name=step.name, exception=propagating)
                 )
         del propagating
+
+
+def _replayed(
+    run: RunState, step: Step[..., Any], key: str, position: int, entry: Entry, args_digest: str
+) -> Any:
+    """The result of the step *key* as journaled in *entry*, once the call matches it."""
+    if entry.kind is not EntryKind.STEP:
+        raise run.diverged(
+            "step",
+            key,
+            position,
+            f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
+        )
+    if entry.args_digest != args_digest:
+        raise run.diverged(
+            "step",
+            key,
+            position,
+            f"it was journaled (seq {entry.seq}) with other arguments than it is called with now",
+        )
+    tp = step.signature.return_type
+    what = _STEP_WHAT.format(key, run.run_id)
+    try:
+        return codec.decode(entry.value or "null", tp, what=what)
+    except CodecError as exc:
+        detail = undecodable(entry, tp, "result", "the step's return type", what)
+        raise run.diverged("step", key, position, detail) from exc
+
+
+def _check_arguments(
+    run: RunState, step: Step[..., Any], key: str, position: int, args: tuple[Any, ...]
+) -> None:
+    """A replayed parallel() child's arguments, checked in program order, when it is started."""
+    entry = run.journal.get(key)
+    try:
+        args_digest = digest(_encode_args(args, {}, what=(_STEP_WHAT, key, run.run_id)))
+    except CodecError:
+        return  # the child raises it, as it would have without a journal
+    if entry is not None and entry.args_digest != args_digest:
+        raise run.diverged(
+            "step",
+            key,
+            position,
+            f"it was journaled (seq {entry.seq}) with other arguments than it is called with now",
+        )
 
 
 async def _attempts(
@@ -442,12 +496,14 @@ class Parallel:
 
         *fn* is a step (journaled under its key) or any other async function
         (a *branch*: its own steps journal under ``branch-name#n/``). The key
-        is fixed now, in program order, so replay maps results to the same
-        calls whatever order they finished in.
+        and position are fixed now, in program order, so replay maps results
+        to the same calls whatever order they finished in.
 
         Raises:
             UsageError: the block is not open, or this is not the task that
                 opened it.
+            NonDeterminismError: a branch started where the journal holds
+                another call (a step's own divergence raises in its task).
         """
         if self._nursery is None or self._frame is None or self._closed:
             raise UsageError("start_soon() needs an open `async with tether.parallel()` block")
@@ -460,15 +516,28 @@ class Parallel:
             check_key(key)
         if getattr(type(fn), STEP_MARKER, False):
             step: Step[..., R] = fn  # type: ignore[assignment]
-            handle: Handle[R] = Handle(self, frame.next_key(step.name, key or step.key))
+            call = "step"
+            child_key, position = frame.next_call(step.name, key or step.key)
             child: Callable[..., Awaitable[None]] = self._child_step
         else:
             if not callable(fn):
                 raise UsageError(f"start_soon() takes a step or an async function, not {fn!r}")
             name = getattr(fn, "name", None) or getattr(fn, "__name__", None) or "branch"
-            handle = Handle(self, frame.next_key(name, key))
+            call = "branch"
+            child_key, position = frame.next_call(name, key)
             child = self._child_branch
-        self._nursery.start_soon(child, fn, handle, args, name=handle.key)
+        # Reached now, in program order (not when the child gets to run): what
+        # this parent has reached, and the first call that diverges, are the
+        # same in every execution.
+        replay = frame.run.replay
+        if (
+            replay is not None
+            and replay.reach(call, child_key, position) is not None
+            and call == "step"
+        ):
+            _check_arguments(frame.run, step, child_key, position, args)
+        handle: Handle[R] = Handle(self, child_key)
+        self._nursery.start_soon(child, fn, handle, position, args, name=child_key)
         self._children += 1
         frame.run.task_started()
         return handle
@@ -480,25 +549,33 @@ class Parallel:
         run.task_done()
 
     async def _child_step(
-        self, step: Step[..., Any], handle: Handle[Any], args: tuple[Any, ...]
+        self, step: Step[..., Any], handle: Handle[Any], position: int, args: tuple[Any, ...]
     ) -> None:
         assert self._frame is not None
         run = self._frame.run
         try:
-            value = await execute_step(run, step, handle.key, args, {}, handle)
+            value = await execute_step(run, step, handle.key, position, args, {}, handle)
             if value is not _HANDED_OFF:
                 handle._value = value
         finally:
             self._child_done(run)
 
     async def _child_branch(
-        self, fn: Callable[..., Awaitable[Any]], handle: Handle[Any], args: tuple[Any, ...]
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        handle: Handle[Any],
+        position: int,
+        args: tuple[Any, ...],
     ) -> None:
         assert self._frame is not None
+        del position  # (a branch is matched when it is started; see start_soon)
         run = self._frame.run
         token = frame_var.set(Frame(run, handle.key, trio.lowlevel.current_task()))
         try:
-            handle._value = await fn(*args)
+            value = await fn(*args)
+            if run.replay is not None:
+                run.replay.ended(handle.key, f"branch {handle.key}")
+            handle._value = value
         finally:
             frame_var.reset(token)  # no cycle of task, context and frame (see execute_step)
             self._child_done(run)
@@ -513,9 +590,13 @@ class Parallel:
         decoded: Any,
         entries: Sequence[Entry],
     ) -> None:
-        """Queue a child's record for the saver: the block's exit waits for it (:meth:`_saved`)."""
+        """Queue a child's record for the saver: the block's exit waits for it (:meth:`_saved`).
+
+        *entries* end with the child's; patch markers may come before it.
+        """
         self._unsaved += 1
-        run.saver.hand_off(entries, functools.partial(self._saved, run, handle, name, decoded))
+        saved = functools.partial(self._saved, run, handle, name, decoded, entries[:-1])
+        run.saver.hand_off(entries, saved)
 
     def _saved(
         self,
@@ -523,13 +604,14 @@ class Parallel:
         handle: Handle[Any],
         name: str,
         decoded: Any,
+        markers: Sequence[Entry],
         result: outcome.Outcome[Sequence[Entry]],
     ) -> None:
         """A child's handed-off record was stored, or failed (called by the saver task)."""
         self._unsaved -= 1
         observer = run.observer
         if isinstance(result, outcome.Value):
-            stored: Entry = result.value[0]
+            stored: Entry = result.value[-1]
             run.journal[handle.key] = stored
             handle._value = decoded
             if observer is not None:
@@ -540,6 +622,7 @@ class Parallel:
         else:
             assert isinstance(result, outcome.Error)
             error = result.error
+            run.put_back(markers)
             note_key(error, handle.key)
             self._save_errors.append(error)
             if observer is not None:
@@ -591,7 +674,8 @@ async def ask(payload: Any, response_type: Any, key: str | None = None) -> Any:
     if key is not None:
         check_key(key)
     frame = current_frame("tether.ask()")
-    return await frame.run.ask(frame.next_key("ask", key), payload, response_type)
+    ask_key, position = frame.next_call("ask", key)
+    return await frame.run.ask(ask_key, position, payload, response_type)
 
 
 def parallel() -> Parallel:

@@ -19,12 +19,14 @@ import attrs
 import trio
 
 from ._changes import Changes
-from ._codec import codec, loads
+from ._clock import Clock, check_clock
+from ._codec import codec
 from ._context import RunState, StoreErrors, error_info
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
     InvalidResponseError,
+    NonDeterminismError,
     RunCancelledError,
     RunConflictError,
     RunFailedError,
@@ -38,15 +40,20 @@ from ._execution import Execution
 from ._hooks import Hooks
 from ._nurseries import exit_nursery
 from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_is_gone
+from ._replay import decode_workflow_args
 from ._requests import Paused, Request, request_from_json
-from ._workflow import Workflow, lookup_workflow, registered_names
+from ._serving import live_workers, stranded_records
+from ._workflow import Workflow, lookup_workflow, registered_keys, registered_names
+from .stores._leases import version_conflict
 from .stores._protocol import (
     STORE_METHODS,
     Entry,
     ErrorInfo,
     RunRecord,
     RunStatus,
+    Served,
     Store,
+    WorkerAd,
     utcnow,
 )
 from .stores._queue import check_run_filter
@@ -86,6 +93,8 @@ class RunInfo:
     #: how many times workers claimed the run without an outcome since it was
     #: submitted or last resumed by hand (``dead_letter`` at ``max_dispatches``)
     dispatches: int = 0
+    #: the workflow version the run was started under (``None``: unversioned)
+    version: str | None = None
 
 
 #: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
@@ -109,14 +118,17 @@ class Engine:
         hooks: Iterable[object],
         save_timeout: float,
         lease_ttl: float = 15.0,
+        clock: Clock | None = None,
     ) -> None:
         self._store = store
+        self._clock = check_clock(clock)
         self._hooks = Hooks(hooks)
         self._save_timeout = float(save_timeout)
         self._owner, self._engine_id = new_owner()
         self._leases = Leases(store, self._owner, float(lease_ttl), self._save_timeout)
         self._active: set[str] = set()
-        self._workflows: dict[str, Workflow[..., Any]] = {}
+        # Workflows this engine was handed, by (name, version); they win over the registry.
+        self._workflows: dict[Served, Workflow[..., Any]] = {}
         self._changes = Changes()
         self._closed = False
 
@@ -137,6 +149,11 @@ class Engine:
     def save_timeout(self) -> float:
         """Seconds each shielded save (and each lease release on close) may take."""
         return self._save_timeout
+
+    @property
+    def clock(self) -> Clock:
+        """The wall clock durable timers and schedules measure against."""
+        return self._clock
 
     @property
     def lease_ttl(self) -> float:
@@ -189,7 +206,7 @@ class Engine:
         _validate_timeout(timeout, "timeout")
         self._check_open()
         args_text, decoded_args = self._encode_args(wf, args)
-        self._workflows[wf.name] = wf
+        self._workflows[(wf.name, wf.version)] = wf
         run_id = run_id or uuid.uuid4().hex
         with trio.fail_after(timeout) if timeout is not None else nullcontext():
             with StoreErrors(f"reading run {run_id!r}"):
@@ -200,6 +217,9 @@ class Engine:
                     raise RunConflictError(
                         f"run {run_id!r} belongs to workflow {record.workflow!r}, not {wf.name!r}"
                     )
+                if record.version != wf.version:
+                    # Never another version's code over this run's journal.
+                    raise version_conflict(record, wf.version)
                 if record.args != args_text:
                     raise RunConflictError(
                         f"run {run_id!r} was started with other arguments ({record.args:.200}) "
@@ -212,7 +232,12 @@ class Engine:
             # the same workflow with the same arguments (a retry whose first
             # attempt's create landed after all resumes it).
             create = RunRecord(
-                run_id=run_id, workflow=wf.name, args=args_text, created_at=now, updated_at=now
+                run_id=run_id,
+                workflow=wf.name,
+                version=wf.version,
+                args=args_text,
+                created_at=now,
+                updated_at=now,
             )
             return await self._continue(wf, record, decoded_args, create=create)  # type: ignore[no-any-return]
 
@@ -294,7 +319,7 @@ class Engine:
             RunConflictError: *responses* were given for a finished run, or
                 another live owner holds the run's lease.
             UnknownRequestError: a response names no pending request.
-            (and whatever :meth:`run` raises)
+            BaseException: anything :meth:`run` raises, for the same reasons.
         """
         _validate_timeout(timeout, "timeout")
         self._check_open()
@@ -335,12 +360,13 @@ class Engine:
             raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
         self._check_open()
         args_text, _ = self._encode_args(wf, args)
-        self._workflows[wf.name] = wf
+        self._workflows[(wf.name, wf.version)] = wf
         run_id = run_id or uuid.uuid4().hex
         now = utcnow()
         record = RunRecord(
             run_id=run_id,
             workflow=wf.name,
+            version=wf.version,
             args=args_text,
             status=RunStatus.QUEUED,
             created_at=now,
@@ -359,6 +385,8 @@ class Engine:
                         f"arguments {existing.args:.200}, not {wf.name!r} with "
                         f"{args_text:.200}; choose a new run_id"
                     ) from None
+                if existing.version != wf.version:
+                    raise version_conflict(existing, wf.version) from None
                 return run_id
         self._changes.notify()
         return run_id
@@ -470,6 +498,8 @@ class Engine:
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
+        stranded: bool = False,
     ) -> list[RunInfo]:
         """Stored runs, oldest first, without journals (use :meth:`get_run`).
 
@@ -479,18 +509,31 @@ class Engine:
             after: a run id: the runs after it (pass the last id of a page
                 to get the next page).
             limit: at most this many.
+            version: only runs started under this workflow version.
+            stranded: only runs that wait for a worker (``queued``, or
+                ``running`` without a live lease) whose workflow and version
+                no live worker serves, as workers advertise it in the store
+                (with no worker alive, every waiting run is stranded). The
+                answer is as fresh as the advertisements: a worker that
+                started a moment ago may not be counted yet, and a crashed
+                one counts until its advertisement expires (``lease_ttl``).
 
         A checkpoint.
 
         Raises:
-            UsageError: invalid filters.
+            UsageError: invalid filters, or *stranded* on a store that keeps
+                no worker advertisements.
             RunNotFoundError: *after* names no stored run.
             CheckpointCorruptError: a listed record cannot be read.
         """
         self._check_open()
         if status is not None and not isinstance(status, str):
             status = list(status)
-        selected = check_run_filter(status, workflow, after, limit)
+        selected = check_run_filter(status, workflow, after, limit, version)
+        if stranded:
+            with StoreErrors("listing stranded runs"):
+                waiting = await stranded_records(self._store, selected)
+            return [self._info(r, ()) for r in waiting]
         filters: dict[str, Any] = {
             k: v
             for k, v in (
@@ -498,6 +541,7 @@ class Engine:
                 ("workflow", workflow),
                 ("after", after),
                 ("limit", limit),
+                ("version", version),
             )
             if v is not None
         }
@@ -505,6 +549,19 @@ class Engine:
             # Without filters, as stores written before filters existed take it.
             records = await self._store.list_runs(**filters)
         return [self._info(r, ()) for r in records]
+
+    async def list_workers(self) -> list[WorkerAd]:
+        """The workers alive on this store and what each serves (their advertisements).
+
+        A checkpoint.
+
+        Raises:
+            UsageError: the store keeps no worker advertisements.
+            CheckpointCorruptError: an advertisement cannot be read.
+        """
+        self._check_open()
+        with StoreErrors("listing workers"):
+            return await live_workers(self._store)
 
     # -- internals ---------------------------------------------------------------
 
@@ -580,9 +637,16 @@ class Engine:
         finally:
             self._active.discard(run_id)
 
-    def _encode_args(
-        self, wf: Workflow[..., Any], args: tuple[Any, ...]
-    ) -> tuple[str, tuple[Any, ...]]:
+    @staticmethod
+    def _encode_args(wf: Workflow[..., Any], args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        """``wf(*args)``'s arguments as stored (JSON text), and decoded back from it (a copy).
+
+        Static: :func:`tether.schedule` checks a schedule's arguments with it, at definition.
+
+        Raises:
+            UsageError: the arguments do not fit *wf*'s parameters.
+            CodecError: an argument cannot be encoded, or decoded back.
+        """
         try:
             wf.signature.bind(args, {})
         except TypeError as exc:
@@ -593,21 +657,8 @@ class Engine:
         return text, tuple(decoded)
 
     def _decode_args(self, wf: Workflow[..., Any], record: RunRecord) -> tuple[Any, ...]:
-        try:
-            stored = loads(record.args)
-            if not isinstance(stored, list):
-                raise CodecError(f"expected a JSON list, got {type(stored).__name__}")
-            args = codec.structure(
-                stored,
-                wf.signature.args_type(len(stored)),
-                what=f"arguments of run {record.run_id!r}",
-            )
-        except (ValueError, CodecError) as exc:
-            raise CheckpointCorruptError(
-                f"run {record.run_id!r}: stored arguments do not decode "
-                f"for workflow {wf.name}: {exc}"
-            ) from exc
-        return tuple(args)
+        # NonDeterminismError when the workflow's parameters changed (see there).
+        return decode_workflow_args(wf.name, wf.fn, wf.signature, record.run_id, record.args)
 
     def _defined(self, record: RunRecord) -> Workflow[..., Any] | None:
         """The run's workflow if it is defined in this process, else ``None``."""
@@ -617,12 +668,20 @@ class Engine:
             return None
 
     def _find_workflow(self, record: RunRecord) -> Workflow[..., Any]:
-        wf = self._workflows.get(record.workflow)
+        """The code of the run's workflow *and version*: given to this engine, or registered.
+
+        Raises:
+            WorkflowNotFoundError: neither here nor registered (naming the
+                version and the versions that are registered).
+        """
+        wf = self._workflows.get((record.workflow, record.version))
         if wf is None:
             try:
-                wf = lookup_workflow(record.workflow)
+                wf = lookup_workflow(record.workflow, record.version)
             except WorkflowNotFoundError as exc:
-                raise WorkflowNotFoundError(f"run {record.run_id!r}: {exc}") from None
+                v = record.version
+                started = "" if v is None else f" (started under version {v!r})"
+                raise WorkflowNotFoundError(f"run {record.run_id!r}{started}: {exc}") from None
         return wf
 
     def _decode_result(self, record: RunRecord, wf: Workflow[..., Any] | None) -> Any:
@@ -659,6 +718,7 @@ class Engine:
             executing=executing,
             cancel_requested=record.cancel_requested,
             dispatches=record.dispatches,
+            version=record.version,
         )
 
     async def _continue(
@@ -706,7 +766,7 @@ class Engine:
         with self._active_here(record.run_id):
             try:
                 args = self._decode_args(wf, record)
-            except CheckpointCorruptError as exc:
+            except (CheckpointCorruptError, NonDeterminismError) as exc:
                 # Stored as failed (fenced by the claim's token), not released:
                 # a released run would be claimed again, and fail again, forever.
                 failed = attrs.evolve(
@@ -723,12 +783,16 @@ class Engine:
             return await self._execute(wf, record, args, provided={}, original=record)
 
     def define(self, wf: Workflow[..., Any]) -> None:
-        """Execute runs named ``wf.name`` as *wf* in this engine (for :mod:`._worker`)."""
-        self._workflows[wf.name] = wf
+        """Execute runs of ``wf.name`` and ``wf.version`` as *wf* in this engine (for workers)."""
+        self._workflows[(wf.name, wf.version)] = wf
 
     def workflow_names(self) -> frozenset[str]:
         """The workflows this engine can execute: those defined in this process."""
-        return registered_names() | self._workflows.keys()
+        return registered_names() | {name for name, _ in self._workflows}
+
+    def workflow_keys(self) -> frozenset[Served]:
+        """``(name, version)`` of every workflow this engine can execute (for workers)."""
+        return registered_keys() | self._workflows.keys()
 
     @property
     def changes(self) -> Changes:
@@ -783,6 +847,7 @@ async def open_engine(
     hooks: Sequence[object] = (),
     save_timeout: float = 30.0,
     lease_ttl: float = 15.0,
+    clock: Clock | None = None,
 ) -> AsyncIterator[Engine]:
     """Open *store* and yield an :class:`Engine` that runs workflows on it.
 
@@ -808,6 +873,10 @@ async def open_engine(
             :class:`LeaseLostError`; a crashed owner's runs can be taken over
             once its lease expires (at once on the same machine when its
             process is gone). Must be positive.
+        clock: the wall clock durable waits are measured against (an object
+            with ``now() -> datetime``); the system clock by default.
+            :class:`tether.testing.TrioWallClock` follows trio's clock, for
+            virtual-time tests of workflows that wait for days.
 
     Leaving the block ends this engine's leases (best effort, bounded by
     ``save_timeout``), so another engine can take its runs over at once.
@@ -835,7 +904,9 @@ async def open_engine(
         raise UsageError(
             f"lease_ttl must be a positive, finite number of seconds, not {lease_ttl!r}"
         )
-    engine = Engine(store, hooks=hooks, save_timeout=save_timeout, lease_ttl=lease_ttl)
+    engine = Engine(
+        store, hooks=hooks, save_timeout=save_timeout, lease_ttl=lease_ttl, clock=check_clock(clock)
+    )
     await store.open()
     engine_opened(engine._engine_id)
     try:

@@ -74,12 +74,21 @@ class CodecError(TetherError):
 
 
 class NonDeterminismError(TetherError):
-    """On replay, a journaled step was called with different arguments.
+    """On replay, the workflow's calls do not match its journal: the code changed.
 
-    The journal says the step with this key ran with other arguments than the
-    workflow passes now: the workflow code or its inputs changed between the
-    original run and the resume. Resuming again fails the same way; start a
-    new run, or give the step an explicit ``key=`` if the calls really differ.
+    Raised at the first call that differs, naming the run, the call (its key,
+    its position and its parent) and what differs: a journaled call reached
+    with other arguments, a call where the journal holds another one (a call
+    inserted, removed or moved), a journaled value that no longer decodes as
+    the call's type (stored and expected types named), a parent that returns
+    without reaching calls the journal holds, or stored workflow arguments the
+    workflow's parameters no longer take (the parameter named).
+
+    The execution stops and is undone: the stored run keeps its status and
+    error (a worker's claim is stored ``failed`` with this error instead) and
+    resumes once the code matches its journal again. Resuming with the same
+    code fails the same way. To change a workflow with runs in flight, branch
+    on :func:`tether.patched`.
     """
 
 

@@ -37,27 +37,27 @@ cancellation) has its lease released soon after by the engine's lease task.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import attrs
 import trio
 
 from ._codec import codec
-from ._errors import LeaseLostError, RunCancelledError
+from ._errors import LeaseLostError, NonDeterminismError, RunCancelledError
 from ._hooks import HookEvent, Hooks
 from ._nurseries import unwrap_single
 from ._ownership import Leases
+from ._replay import Replay
 from ._requests import Paused, Request, request_to_json
 from ._run import Frame, RunState, error_info, frame_var
 from ._saver import StoreErrors
 from ._workflow import Workflow
-from .stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
+from .stores._protocol import RunRecord, RunStatus, Store, utcnow
 
 __all__ = ("Execution",)
 
-
-#: Entry kinds a replay takes from the journal (when completed).
-_REPLAYED = frozenset({EntryKind.STEP, EntryKind.STREAM, EntryKind.RESPONSE})
+log = logging.getLogger("tether")
 
 
 def _first_cancelled(exc: BaseException) -> BaseException:
@@ -128,7 +128,7 @@ class Execution:
                 if self.created:
                     state.saver.start_numbering(0)
                 else:
-                    state.journal = await self._load_journal(record.run_id)
+                    await self._load_journal(record.run_id)
                 return await self._watch()
         except BaseException as exc:
             ending = exc
@@ -153,18 +153,16 @@ class Execution:
             self.lost = exc
             self.lease_scope.cancel()
 
-    async def _load_journal(self, run_id: str) -> dict[str, Entry]:
-        journal: dict[str, Entry] = {}
+    async def _load_journal(self, run_id: str) -> None:
+        """Load the run's journal for replay (see :mod:`._replay`)."""
+        state = self.state
         with StoreErrors(f"loading the journal of run {run_id!r}"):
             entries = await self.store.load_entries(run_id)
-        self.state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
-        for entry in entries:
-            if entry.status is EntryStatus.COMPLETED and entry.kind in _REPLAYED:
-                # The first completed record of a key is the one the
-                # workflow saw; a later duplicate (a save retried after an
-                # unclear failure) carries the same call.
-                journal.setdefault(entry.key, entry)
-        return journal
+        state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
+        replay = Replay(run_id, entries, state.abort)
+        state.journal = replay.journal
+        if replay:
+            state.replay = replay
 
     async def _lost_or_cancelled(self, run_id: str, lost: LeaseLostError) -> Exception:
         """What a lost lease raises: RunCancelledError when the run turns out cancelled.
@@ -289,10 +287,10 @@ class Execution:
         state.task_started()
         try:
             if self.hooks.has("on_run_start"):
-                await self.hooks.call(
-                    "on_run_start", HookEvent(run_id=state.run_id, workflow=wf.name, name=wf.name)
-                )
+                await self.hooks.call("on_run_start", self._run_event(None))
             value = await wf.fn(*self.args)
+            if state.replay is not None:
+                state.replay.ended("", f"workflow {wf.name}")  # every journaled call was reached
             # Encoded at once, like a step's result.
             self.result_text, decoded = codec.snapshot(
                 value,
@@ -320,6 +318,7 @@ class Execution:
                 updated_at=utcnow(),
             )
         else:
+            await self._flush_markers()
             record = attrs.evolve(
                 self.record,
                 status=RunStatus.FAILED,
@@ -341,6 +340,7 @@ class Execution:
     async def _pause(self, requests: tuple[Request, ...]) -> None:
         """Store the settled run as paused with its requests; raise :class:`Paused`."""
         state = self.state
+        await self._flush_markers()
         record = attrs.evolve(
             self.record,
             status=RunStatus.PAUSED,
@@ -359,18 +359,53 @@ class Execution:
         self.error = outcome
 
     async def _undo(self, error: BaseException) -> None:
-        """A response did not decode: put the run back as it was stored, raise *error*."""
+        """Put the run back as it was stored; raise *error*.
+
+        For a response that did not decode, and for a divergence from the
+        journal (the code changed): the run keeps its status and error (a
+        failed run stays failed with its own error, a paused one paused), so
+        it resumes once the code matches its journal again. A worker's claim
+        of a diverging run is the exception: put back, the same code would
+        claim it again at once, so it is stored ``failed`` with *error*.
+        """
         state = self.state
         assert isinstance(error, Exception)
-        what = f"restoring run {state.run_id!r} as it was"
-        # As it was, but written with this execution's token, and released.
-        record = attrs.evolve(self.original, owner=None, token=self.record.token)
+        if self.record.dispatches and isinstance(error, NonDeterminismError):
+            # (a worker's claim counts a dispatch; engine.run and resume do not)
+            what = f"storing run {state.run_id!r} as failed"
+            record = attrs.evolve(
+                self.record,
+                status=RunStatus.FAILED,
+                error=error_info(error),
+                owner=None,
+                updated_at=utcnow(),
+            )
+        else:
+            what = f"restoring run {state.run_id!r} as it was"
+            # As it was, but written with this execution's token, and released.
+            record = attrs.evolve(self.original, owner=None, token=self.record.token)
         try:
             await self._store_status(record, what)
         except Exception as exc:
             error.add_note(f"tether: {what} failed too: {exc!r}; resume it to pause it again")
         await self._run_end_hook(error)
         self.error = error
+
+    async def _flush_markers(self) -> None:
+        """Store the patch markers no save has carried yet (see ``tether.patched``).
+
+        A run that stops here (paused, failed) then says in its journal which
+        path it took, for ``tether runs list --patch``. Best effort: a marker
+        that is not stored is made again when the run resumes.
+        """
+        state = self.state
+        if state.markers:
+            try:
+                await state.save(())
+            except Exception as exc:
+                log.warning(
+                    "tether: run %s: storing its patch markers failed: %r", state.run_id, exc
+                )
 
     async def _cancelled(self) -> None:
         """A recorded cancel stopped the run: store ``cancelled``; raise RunCancelledError."""
@@ -421,6 +456,15 @@ class Execution:
 
     async def _run_end_hook(self, exc: BaseException | None) -> None:
         if self.hooks.has("on_run_end"):
-            name = self.workflow.name
-            event = HookEvent(run_id=self.state.run_id, workflow=name, name=name, exception=exc)
-            await self.state.end_hook("on_run_end", event, exc)
+            await self.state.end_hook("on_run_end", self._run_event(exc), exc)
+
+    def _run_event(self, exc: BaseException | None) -> HookEvent:
+        name = self.workflow.name
+        return HookEvent(
+            run_id=self.state.run_id,
+            workflow=name,
+            name=name,
+            exception=exc,
+            token=self.state.token,
+            owner=self.leases.owner,
+        )

@@ -35,6 +35,14 @@ class HookEvent:
     key: str | None = None  #: the step's journal key; ``None`` for run events
     exception: BaseException | None = None  #: for ``on_*_end``: what ended it, or ``None``
     entry: Entry | None = None  #: for ``on_checkpoint``: the stored journal entry
+    #: the fencing token of this execution of the run: each execution (the
+    #: first, a resume, a takeover) claims a greater one; 1 for the first
+    token: int | None = None
+    #: for run events: the engine executing the run (``host:pid:engine-id``)
+    owner: str | None = None
+    #: for ``on_step_end``: the attempt the step ended on (1 for the first try);
+    #: ``None`` for a stream, or a step with retries that was cancelled
+    attempt: int | None = None
 
 
 @final

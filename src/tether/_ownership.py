@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from ._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
-from .stores._protocol import RunRecord, Store, WorkerStore, utcnow
+from .stores._protocol import RunRecord, Served, Store, WorkerStore, utcnow
 
 __all__ = ("Leases", "new_owner", "owner_is_gone")
 
@@ -212,7 +212,7 @@ class Leases:
         self.held.pop(run_id, None)
 
     async def claim_next(
-        self, workflows: Collection[str], *, max_dispatches: int, gone: Collection[str]
+        self, workflows: Collection[Served], *, max_dispatches: int, gone: Collection[str]
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run (``Store.claim_next``), or ``None``.
 

@@ -2,9 +2,10 @@
 
 Every task tether tracks runs with a :class:`Frame` in a context variable:
 which run it belongs to, the key path of the step (or branch) it is inside,
-and the per-name counters that give the next step key. A frame remembers the
-task it was made for, so a task started in a plain ``trio.open_nursery``
-(which inherits the context variable) is recognised and refused.
+and the counters that give the next call's key and position (see
+:mod:`._replay`). A frame remembers the task it was made for, so a task
+started in a plain ``trio.open_nursery`` (which inherits the context
+variable) is recognised and refused.
 
 :class:`RunState` holds the rest: the journal, settlement (when every task
 waits in ``ask``, the run pauses), live events, hooks, human input, and the
@@ -24,15 +25,14 @@ import trio
 
 from ._codec import codec, describe, digest, dumps
 from ._errors import (
-    CheckpointCorruptError,
     CodecError,
     InvalidResponseError,
-    NonDeterminismError,
     NotInRunError,
     UsageError,
 )
 from ._events import Observer, RunEvent
 from ._hooks import HookEvent, Hooks
+from ._replay import Replay, divergence, undecodable
 from ._requests import Request
 from ._saver import Saver
 from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
@@ -51,9 +51,14 @@ log = logging.getLogger("tether")
 
 _KEY_ATTR = "_tether_step_key"
 
+#: The counter of a frame's positions, kept with its per-name counters (so a
+#: ``parallel()`` block, which shares them, shares it too). Never a step name:
+#: those cannot contain "#".
+_POSITION = "#"
+
 
 class Frame:
-    """Where a tracked task is: its run, its key path and its step counters."""
+    """Where a tracked task is: its run, its key path and its call counters."""
 
     __slots__ = ("counters", "path", "run", "task")
 
@@ -62,18 +67,35 @@ class Frame:
         #: "" for the workflow itself, else the key of the enclosing step or branch
         self.path = path
         self.task = task
-        self.counters: dict[str, int] | None = None  # made by the first key without key=
+        self.counters: dict[str, int] | None = None  # made by the first call
 
-    def next_key(self, name: str, explicit: str | None) -> str:
-        """The key of the next call of *name* here (``name#n``), or of *explicit*."""
+    def next_call(self, name: str, explicit: str | None) -> tuple[str, int]:
+        """The key (``name#n``, or *explicit*) and position of the next call of *name* here."""
+        counters = self.counters
+        if counters is None:
+            counters = self.counters = {}
+        position = counters.get(_POSITION, 0)
+        counters[_POSITION] = position + 1
         if explicit is None:
-            counters = self.counters
-            if counters is None:
-                counters = self.counters = {}
             n = counters.get(name, 0)
             counters[name] = n + 1
             explicit = f"{name}#{n}"
-        return f"{self.path}/{explicit}" if self.path else explicit
+        return (f"{self.path}/{explicit}" if self.path else explicit), position
+
+    def key_of(self, name: str) -> str:
+        """The key of a call named *name* here, taking no counter (patch markers)."""
+        return f"{self.path}/{name}" if self.path else name
+
+    @property
+    def position(self) -> int:
+        """The position the next call here takes."""
+        return 0 if self.counters is None else self.counters.get(_POSITION, 0)
+
+    def skip_position(self) -> None:
+        """Take the next position without a key (a patch marker's)."""
+        if self.counters is None:
+            self.counters = {}
+        self.counters[_POSITION] = self.position + 1
 
 
 frame_var: ContextVar[Frame | None] = ContextVar("tether_frame", default=None)
@@ -205,6 +227,11 @@ class RunState:
     save_timeout: float
     journal: dict[str, Entry]  # completed step entries by key, from the store
     seen: set[str] = attrs.field(factory=set)  # keys called in this execution
+    #: the loaded journal, matched call by call; ``None`` when it is empty
+    replay: Replay | None = None
+    # -- tether.patched() (see _patches) --
+    markers: list[Entry] = attrs.field(factory=list)  # made, not stored yet: the next save's
+    patches: dict[str, bool] = attrs.field(factory=dict)  # marker key -> what patched() said
     # -- settlement (see ask()) --
     run_scope: trio.CancelScope | None = None  # the run's own scope (framework-owned)
     live: int = 0  # tracked tasks alive: the workflow task and parallel() children
@@ -298,15 +325,46 @@ class RunState:
             )
         self.seen.add(key)
 
+    def diverged(self, call: str, key: str, position: int | None, detail: str) -> Exception:
+        """The call *key* diverges from the journal: abort this execution; raise what this returns.
+
+        The execution is undone (see :func:`._replay.divergence`).
+        """
+        error = divergence(self.run_id, call, key, position, detail)
+        self.abort(error)
+        return error
+
+    def take_markers(self) -> list[Entry]:
+        """The patch markers no save has carried yet, for the save about to be made.
+
+        A marker rides with the run's next save (saves are stored in the order
+        they are made), so it is stored no later than anything journaled after
+        ``tether.patched()`` returned. Give them back (:meth:`put_back`) when
+        that save fails.
+        """
+        markers, self.markers = self.markers, []
+        return markers
+
+    def put_back(self, markers: Sequence[Entry]) -> None:
+        """Markers whose save failed: the next save carries them."""
+        self.markers[:0] = markers
+
     async def save(self, entries: Sequence[Entry]) -> Sequence[Entry]:
         """Journal *entries* (:meth:`Saver.save <._saver.Saver.save>`); return them as stored.
 
+        Pending patch markers go first, in the same append (see :meth:`take_markers`).
+
         A checkpoint; see ``Saver.save`` for cancellation and what it raises.
         """
-        stored = await self.saver.save(entries)
+        markers = self.take_markers() if self.markers else ()
+        try:
+            stored = await self.saver.save([*markers, *entries] if markers else entries)
+        except BaseException:
+            self.put_back(markers)
+            raise
         for entry in stored:
             self.journal[entry.key] = entry
-        return stored
+        return stored[len(markers) :]
 
     async def end_hook(
         self, method: str, event: HookEvent, propagating: BaseException | None
@@ -340,42 +398,56 @@ class RunState:
 
     # -- human input -----------------------------------------------------------
 
-    async def ask(self, key: str, payload: Any, response_type: Any) -> Any:
+    async def ask(self, key: str, position: int, payload: Any, response_type: Any) -> Any:
         """Return the response to the request *key*, or wait until the run settles.
 
-        A checkpoint; see :func:`tether.ask`.
+        *position* is the ask's among its parent's calls. A checkpoint; see
+        :func:`tether.ask`.
         """
         self.claim(key)
+        if self.replay is not None:
+            self.replay.reach("ask", key, position)  # reached when called, cancelled or not
         await trio.lowlevel.checkpoint_if_cancelled()
         what = f"request {key} of run {self.run_id!r}"
         shown = codec.to_primitive(payload, what=f"the payload of {what}")
         payload_digest = digest(dumps(shown))
         entry = self.journal.get(key)
         if entry is not None:
-            if entry.kind is not EntryKind.RESPONSE or entry.args_digest != payload_digest:
-                raise NonDeterminismError(
-                    f"{what}: the journal holds {entry.kind} seq {entry.seq} for this key "
-                    "with another payload or kind than asked now: the workflow's code or "
-                    "inputs changed since the run started. Start a new run, or give "
-                    "differing asks explicit keys."
+            if entry.kind is not EntryKind.RESPONSE:
+                raise self.diverged(
+                    "ask",
+                    key,
+                    position,
+                    f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
+                )
+            if entry.args_digest != payload_digest:
+                raise self.diverged(
+                    "ask",
+                    key,
+                    position,
+                    f"its response was journaled (seq {entry.seq}) for another payload "
+                    f"than it asks now ({dumps(shown):.200})",
                 )
             await trio.lowlevel.cancel_shielded_checkpoint()
             try:
                 return codec.decode(entry.value or "null", response_type, what=what)
             except CodecError as exc:
-                raise CheckpointCorruptError(
-                    f"{what}: journaled response seq {entry.seq} cannot be decoded: {exc}"
+                raise self.diverged(
+                    "ask",
+                    key,
+                    position,
+                    undecodable(entry, response_type, "response", "the response type", what),
                 ) from exc
         request = Request(key=key, payload=shown, response_type=describe(response_type))
         if key in self.provided:
-            return await self._take_response(request, response_type, payload_digest)
+            return await self._take_response(request, position, response_type, payload_digest)
         with self.wait(request):
             # Only the settlement (or the caller) ends this wait.
             await trio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _take_response(
-        self, request: Request, response_type: Any, payload_digest: str
+        self, request: Request, position: int, response_type: Any, payload_digest: str
     ) -> Any:
         key = request.key
         started = utcnow()
@@ -402,6 +474,7 @@ class RunState:
             started_at=started,
             finished_at=utcnow(),
             token=self.token,
+            position=position,
         )
         if len(self.accepted) == len(self.provided):
             # The last response to be checked stores them all, in one append:

@@ -36,15 +36,14 @@ import trio
 from ._codec import codec, digest
 from ._context import check_key
 from ._errors import (
-    CheckpointCorruptError,
     CodecError,
-    NonDeterminismError,
     StreamClosed,
     UsageError,
 )
 from ._events import CheckpointStored, StepFinished, StepStarted, StreamItem
 from ._hooks import HookEvent
 from ._nurseries import exit_nursery
+from ._replay import undecodable
 from ._run import Frame, RunState, current_frame, error_info, frame_var, note_key
 from ._workflow import StreamStep
 from .stores._protocol import Entry, EntryKind, EntryStatus, utcnow
@@ -88,8 +87,9 @@ class Stream(Generic[T]):
         self._run: RunState = frame.run
         self._step = step
         self._args = args
-        #: the journal key, fixed when :func:`open_stream` was called
-        self.key: str = frame.next_key(step.name, key or step.key)
+        #: the journal key, fixed when :func:`open_stream` was called (with its position)
+        self.key: str
+        self.key, self._position = frame.next_call(step.name, key or step.key)
         self._what = f"stream {self.key} of run {self._run.run_id!r}"
         self._entered = False
         # replay
@@ -136,36 +136,41 @@ class Stream(Generic[T]):
         self._entered = True
         run = self._run
         run.claim(self.key)
+        if run.replay is not None:
+            run.replay.reach("stream", self.key, self._position)
         # A cancel point, replayed or not, like a step call.
         await trio.lowlevel.checkpoint_if_cancelled()
         self._digest = digest(codec.encode_args(self._args, {}, what=self._what))
         entry = run.journal.get(self.key)
-        if (
-            entry is not None
-            and entry.kind is EntryKind.STREAM
-            and entry.status is EntryStatus.COMPLETED
-        ):
+        if entry is not None and entry.status is EntryStatus.COMPLETED:
             self._replay = collections.deque(self._decode(entry))
             return self
         await self._start()
         return self
 
     def _decode(self, entry: Entry) -> list[T]:
+        run = self._run
+        if entry.kind is not EntryKind.STREAM:
+            raise run.diverged(
+                "stream",
+                self.key,
+                self._position,
+                f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
+            )
         if entry.args_digest != self._digest:
-            raise NonDeterminismError(
-                f"{self._what} was journaled (seq {entry.seq}) with other arguments than it "
-                "is opened with now: the workflow's code or inputs changed since the run "
-                "started. Start a new run, or give differing calls explicit keys."
+            raise run.diverged(
+                "stream",
+                self.key,
+                self._position,
+                f"it was journaled (seq {entry.seq}) with other arguments than it is opened "
+                "with now",
             )
+        tp = GenericAlias(list, (self._step.item_type,))
         try:
-            items: list[T] = codec.decode(
-                entry.value or "[]", GenericAlias(list, (self._step.item_type,)), what=self._what
-            )
+            items: list[T] = codec.decode(entry.value or "[]", tp, what=self._what)
         except CodecError as exc:
-            raise CheckpointCorruptError(
-                f"{self._what}: journal entry seq {entry.seq} cannot be decoded as a list of "
-                f"the stream's items: {exc}"
-            ) from exc
+            detail = undecodable(entry, tp, "items", "a list of the stream's item type", self._what)
+            raise run.diverged("stream", self.key, self._position, detail) from exc
         return items
 
     async def _start(self) -> None:
@@ -173,7 +178,11 @@ class Stream(Generic[T]):
         hooks = run.hooks
         if hooks.any_step:
             self._event = HookEvent(
-                run_id=run.run_id, workflow=run.workflow, name=self._step.name, key=self.key
+                run_id=run.run_id,
+                workflow=run.workflow,
+                name=self._step.name,
+                key=self.key,
+                token=run.token,
             )
         run.emit(StepStarted(run_id=run.run_id, key=self.key, name=self._step.name, stream=True))
         if self._event is not None:
@@ -369,6 +378,7 @@ class Stream(Generic[T]):
             started_at=self._started_at,
             finished_at=utcnow(),
             token=self._run.token,
+            position=self._position,
         )
 
     async def _journal_completed(self) -> None:

@@ -5,10 +5,14 @@ The shape of one worker::
     async with open_worker(engine, concurrency=N):   the caller's block
     └─ worker nursery
        ├─ claimer task       takes a slot, then claim_next (shielded, one write);
-       │                     when nothing is dispatchable, waits for a change
-       │                     (engine.changes) or poll_interval; after claiming
-       │                     a run's last chance (max_dispatches), waits until
-       │                     that run ends
+       │  │                  when nothing is dispatchable, waits for a change
+       │  │                  (engine.changes) or poll_interval; after claiming
+       │  │                  a run's last chance (max_dispatches), waits until
+       │  │                  that run ends
+       │  ├─ advertiser      says in the store what the worker serves, every
+       │  │                  lease_ttl / 3 (see :mod:`._serving`)
+       │  └─ schedules       one ticker per schedule: submits each tick's run
+       │                     (see :mod:`._schedule`)
        └─ runs nursery       one task per claimed run: engine.execute_claimed,
                              its outcome logged, never raised; frees its slot
 
@@ -20,7 +24,9 @@ worker takes them over without waiting for ``lease_ttl``.
 
 A claim is one write of the store (``claim_next``) that moves a run to
 ``running`` with this engine's lease; the lease, its renewal and its fencing
-are the engine's, exactly as for ``engine.run``.
+are the engine's, exactly as for ``engine.run``. It takes only runs whose
+``(workflow, version)`` the worker serves: a worker with version ``"2"`` of a
+workflow never takes a run started under version ``"1"``.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ from ._errors import LeaseLostError, RunCancelledError, TetherError, UsageError
 from ._nurseries import exit_nursery
 from ._ownership import owner_is_gone
 from ._requests import Paused
+from ._schedule import Schedule, check_schedules, serve_schedules
+from ._serving import Advertiser
 from ._workflow import Workflow
-from .stores._protocol import WORKER_METHODS, RunRecord, RunStatus
+from .stores._protocol import WORKER_METHODS, RunRecord, RunStatus, Served
 from .stores._queue import check_max_dispatches
 
 __all__ = ("Worker", "open_worker")
@@ -62,6 +70,10 @@ class Worker:
     grace: float
     #: the workflow names it claims runs of (empty: every one defined in its process)
     workflows: frozenset[str] = frozenset()
+    #: the ``(name, version)`` pairs of those workflows (empty: every one defined)
+    serves: frozenset[Served] = frozenset()
+    #: the schedules it serves (submits each tick's run of)
+    schedules: tuple[Schedule, ...] = ()
     #: run ids this worker executes now
     running: set[str] = attrs.field(factory=set)
     #: runs claimed since the worker started
@@ -120,20 +132,24 @@ class Worker:
         retried at the next poll, never raised.
         """
         engine = self.engine
-        names = self.workflows or engine.workflow_names()
-        if not names:
+        served = self.serving()
+        if not served:
             await trio.lowlevel.checkpoint()
             return None
         gone = await self._gone_owners()
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(engine.save_timeout):
                 return await engine.leases.claim_next(
-                    names, max_dispatches=self.max_dispatches, gone=gone
+                    served, max_dispatches=self.max_dispatches, gone=gone
                 )
             log.warning("tether worker %s: a claim took over save_timeout", engine.owner)
         except Exception as exc:
             log.warning("tether worker %s: claiming failed (retried): %r", engine.owner, exc)
         return None
+
+    def serving(self) -> frozenset[Served]:
+        """The ``(workflow, version)`` pairs this worker claims runs of, now."""
+        return self.serves or self.engine.workflow_keys()
 
     async def _gone_owners(self) -> frozenset[str]:
         """Owners of running runs that are gone from this machine (taken over at once).
@@ -218,11 +234,14 @@ async def open_worker(
     poll_interval: float = 1.0,
     grace: float = 0.0,
     workflows: Iterable[Workflow[..., Any]] | None = None,
+    schedules: Iterable[Schedule] = (),
 ) -> AsyncIterator[Worker]:
     """In the background of the block, claim queued and orphaned runs and execute them.
 
     The worker claims, oldest first, runs of the workflows defined in this
-    process that are ``queued``, or ``running`` without a live lease (a
+    process (each run only where its workflow's version is: see
+    ``@tether.workflow(version=)``) that are ``queued``, or ``running``
+    without a live lease (a
     crashed owner, one gone from this machine, one that released the run
     after a caller cancellation, a worker that left), and executes them in
     *engine*, at most *concurrency* at once. It wakes at once on changes the
@@ -232,6 +251,11 @@ async def open_worker(
     Outcomes of the runs (failures, pauses, cancels, lost leases) are logged
     on the ``tether.worker`` logger and never propagate out of the block;
     store errors while claiming are retried.
+
+    The worker advertises in the store what it serves (when it starts, then
+    every ``lease_ttl / 3``; withdrawn when it leaves), so that runs no live
+    worker serves can be listed (``engine.list_runs(stranded=True)``,
+    ``tether runs list --stranded``) instead of waiting silently.
 
     Args:
         engine: an open engine; its store must have ``claim_next``.
@@ -248,8 +272,15 @@ async def open_worker(
             before they are cancelled.
         workflows: the workflows this worker executes, and the only ones it
             claims runs of, executed as these objects (even where another
-            workflow of the same name is defined). Default: every workflow
-            defined in this process, found by name.
+            workflow of the same name and version is defined). Default: every
+            workflow defined in this process, found by name and version.
+        schedules: ``tether.schedule()`` objects: in the background of the
+            block, the worker submits each one's run of every tick (measured
+            on ``engine.clock``), exactly one run per tick across all the
+            workers that serve it. Their runs are claimed like any queued run
+            (here too, unless *workflows* leaves their workflow out). Store
+            errors are retried and logged; see ``tether.schedule`` for missed
+            ticks.
 
     Leaving the block stops claiming, waits up to *grace*, then cancels the
     runs still held as a caller cancellation (prompt, no status written) and
@@ -278,13 +309,23 @@ async def open_worker(
         raise UsageError("open_worker(workflows=) names no workflow: it would claim nothing")
     for wf in served:
         engine.define(wf)
+    timetable = check_schedules(schedules, "open_worker(schedules=)")
     worker = Worker(
         engine=engine,
         workflows=frozenset(wf.name for wf in served),
+        serves=frozenset((wf.name, wf.version) for wf in served),
         concurrency=concurrency,
         max_dispatches=check_max_dispatches(max_dispatches),
         poll_interval=_check("poll_interval", poll_interval, positive=True),
         grace=_check("grace", grace, positive=False),
+        schedules=timetable,
+    )
+    advertiser = Advertiser(
+        engine.store,
+        engine.owner,
+        ttl=engine.lease_ttl,
+        save_timeout=engine.save_timeout,
+        serves=worker.serving,
     )
     claiming = trio.CancelScope()
     manager = trio.open_nursery()
@@ -293,10 +334,19 @@ async def open_worker(
 
         async def claim() -> None:
             with claiming:
-                await worker._claim_loop(runs)
+                async with trio.open_nursery() as nursery:
+                    # Advertised while it claims: both stop when claiming stops.
+                    nursery.start_soon(advertiser.run, name="tether worker: advertises")
+                    if timetable:
+                        nursery.start_soon(
+                            serve_schedules, engine, timetable, name="tether worker: schedules"
+                        )
+                    await worker._claim_loop(runs)
 
         runs.start_soon(claim, name="tether worker: claims")
         try:
+            # Before the block: a run it serves is never listed as stranded from here on.
+            await advertiser.open()
             yield worker
         finally:
             claiming.cancel()
@@ -313,3 +363,4 @@ async def open_worker(
         # another worker takes them over at once (bounded by save_timeout).
         with trio.CancelScope(shield=True):
             await engine.leases.flush()
+        await advertiser.withdraw()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import collections.abc as abc
 import inspect
 import math
+import re
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, ClassVar, Generic, NoReturn, ParamSpec, TypeVar, final, overload
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from typing import Any, ClassVar, Final, Generic, NoReturn, ParamSpec, TypeVar, final, overload
 
 import attrs
 
@@ -22,7 +23,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 
-_registry: dict[str, Workflow[..., Any]] = {}
+#: Every workflow defined in this process, by name, then by version (``None``:
+#: unversioned). Several versions of one name are registered side by side.
+_registry: dict[str, dict[str | None, Workflow[..., Any]]] = {}
+
+#: A workflow version: 1 to 100 letters, digits, ``.``, ``_``, ``+`` or ``-``.
+_VERSION: Final = re.compile(r"[A-Za-z0-9._+-]{1,100}")
 
 
 def _check_async(fn: object, decorator: str) -> None:
@@ -121,6 +127,9 @@ class Workflow(Generic[P, R_co]):
     fn: Callable[P, Awaitable[R_co]]
     name: str
     signature: Signature = attrs.field(repr=False)
+    #: the version stored with each run it starts (``None``: unversioned); a
+    #: run resumes only where its workflow's name *and* version are registered
+    version: str | None = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R_co]:
         return self.fn(*args, **kwargs)
@@ -211,13 +220,20 @@ def stream_step(
     return lambda f: _make_stream_step(f, name)
 
 
-def _make_workflow(fn: Callable[P, Awaitable[R]], name: str | None) -> Workflow[P, R]:
+def _make_workflow(
+    fn: Callable[P, Awaitable[R]], name: str | None, version: str | None
+) -> Workflow[P, R]:
     _check_async(fn, "tether.workflow")
     name = f"{fn.__module__}.{fn.__qualname__}" if name is None else name
     if not isinstance(name, str) or not name:
         raise UsageError(f"a workflow name is a non-empty string, not {name!r}")
-    wf = Workflow(fn, name, Signature(fn))
-    _registry[name] = wf
+    if version is not None and (not isinstance(version, str) or not _VERSION.fullmatch(version)):
+        raise UsageError(
+            f"a workflow version is a string of 1 to 100 letters, digits, '.', '_', '+' or "
+            f"'-' (or None), not {version!r:.100}"
+        )
+    wf = Workflow(fn, name, Signature(fn), version)
+    _registry.setdefault(name, {})[version] = wf
     return wf
 
 
@@ -225,44 +241,83 @@ def _make_workflow(fn: Callable[P, Awaitable[R]], name: str | None) -> Workflow[
 def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 @overload
 def workflow(
-    *, name: str | None = None
+    *, name: str | None = None, version: str | None = None
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 def workflow(
-    fn: Callable[P, Awaitable[R]] | None = None, /, *, name: str | None = None
+    fn: Callable[P, Awaitable[R]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
-    """Mark an ``async def`` as a workflow and register it by name.
+    """Mark an ``async def`` as a workflow and register it by name (and version).
 
     Args:
         name: the name stored with each run, used by ``engine.resume`` to find
             the code again (default: ``"module.qualname"``). Give long-lived
             workflows an explicit name so that moving the code does not strand
-            stored runs. A later definition with the same name replaces the
-            earlier one in the registry.
+            stored runs. A later definition with the same name and version
+            replaces the earlier one in the registry.
+        version: a version stored with each run this definition starts, such
+            as ``"2"`` (1 to 100 letters, digits, ``.``, ``_``, ``+``, ``-``).
+            Default ``None``: unversioned, as every run was before versions
+            existed. A run resumes only where its name *and* version are
+            registered, so several versions of one name can be registered
+            side by side, each resuming its own runs, and workers claim only
+            runs of the versions they serve.
 
     Arguments are stored with the run and decoded by the parameter
     annotations when the run is resumed; the return annotation decodes the
     stored result.
-    """
-    if fn is not None:
-        return _make_workflow(fn, name)
-    return lambda f: _make_workflow(f, name)
-
-
-def lookup_workflow(name: str) -> Workflow[..., Any]:
-    """The registered workflow called *name*.
 
     Raises:
-        WorkflowNotFoundError: nothing is registered under that name.
+        UsageError: *fn* is not an ``async def``, or *name* or *version* is invalid.
     """
+    if fn is not None:
+        return _make_workflow(fn, name, version)
+    return lambda f: _make_workflow(f, name, version)
+
+
+def _version_text(version: str | None) -> str:
+    return "unversioned" if version is None else f"version {version!r}"
+
+
+def lookup_workflow(name: str, version: str | None = None) -> Workflow[..., Any]:
+    """The registered workflow called *name*, of *version* (``None``: the unversioned one).
+
+    Raises:
+        WorkflowNotFoundError: nothing is registered under that name and
+            version (the message names the versions that are registered).
+    """
+    versions = _registry.get(name, {})
     try:
-        return _registry[name]
+        return versions[version]
     except KeyError:
+        pass
+    if not versions:
         raise WorkflowNotFoundError(
             f"no workflow named {name!r} is registered in this process; import the module "
             "that defines it (with @tether.workflow) before resuming"
         ) from None
+    registered = ", ".join(_version_text(v) for v in _sorted_versions(versions))
+    wanted = "" if version is None else f", version={version!r}"
+    raise WorkflowNotFoundError(
+        f"workflow {name!r} is registered in this process, but not {_version_text(version)} "
+        f"(registered: {registered}); define it with @tether.workflow(name={name!r}{wanted}) "
+        "beside the others to resume runs started under it"
+    ) from None
+
+
+def _sorted_versions(versions: Iterable[str | None]) -> list[str | None]:
+    """*versions* in a stable order for messages: unversioned first, then by text."""
+    return sorted(versions, key=lambda v: (v is not None, v or ""))
 
 
 def registered_names() -> frozenset[str]:
     """The names of every workflow defined in this process."""
-    return frozenset(_registry)
+    return frozenset(name for name, versions in _registry.items() if versions)
+
+
+def registered_keys() -> frozenset[tuple[str, str | None]]:
+    """``(name, version)`` of every workflow defined in this process."""
+    return frozenset((name, v) for name, versions in _registry.items() for v in versions)

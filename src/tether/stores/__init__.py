@@ -3,6 +3,7 @@
 from ._file import FileStore as FileStore
 from ._leases import ClaimDecision as ClaimDecision
 from ._leases import check_append as check_append
+from ._leases import check_delete as check_delete
 from ._leases import check_owner as check_owner
 from ._leases import check_ttl as check_ttl
 from ._leases import decide_cancel as decide_cancel
@@ -11,9 +12,13 @@ from ._leases import fenced_update as fenced_update
 from ._leases import renewal as renewal
 from ._memory import MemoryStore as MemoryStore
 from ._postgres import PostgresStore as PostgresStore
+from ._protocol import ADVERTISE_METHODS as ADVERTISE_METHODS
+from ._protocol import DELETE_METHODS as DELETE_METHODS
 from ._protocol import FORMAT_VERSION as FORMAT_VERSION
 from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import WORKER_METHODS as WORKER_METHODS
+from ._protocol import AdvertisingStore as AdvertisingStore
+from ._protocol import DeletableStore as DeletableStore
 from ._protocol import Entry as Entry
 from ._protocol import EntryKind as EntryKind
 from ._protocol import EntryStatus as EntryStatus
@@ -22,33 +27,45 @@ from ._protocol import RecordDecodeError as RecordDecodeError
 from ._protocol import Renewal as Renewal
 from ._protocol import RunRecord as RunRecord
 from ._protocol import RunStatus as RunStatus
+from ._protocol import Served as Served
 from ._protocol import Store as Store
 from ._protocol import WatchableStore as WatchableStore
+from ._protocol import WorkerAd as WorkerAd
 from ._protocol import WorkerStore as WorkerStore
 from ._protocol import dumps_record as dumps_record
+from ._protocol import dumps_served as dumps_served
 from ._protocol import entry_checksum as entry_checksum
 from ._protocol import first_gap as first_gap
 from ._protocol import load_entry as load_entry
 from ._protocol import load_run_record as load_run_record
 from ._protocol import loads_record as loads_record
+from ._protocol import loads_served as loads_served
 from ._protocol import utcnow as utcnow
 from ._queue import DEAD_LETTER_ERROR as DEAD_LETTER_ERROR
 from ._queue import Dispatch as Dispatch
 from ._queue import RunFilter as RunFilter
 from ._queue import check_max_dispatches as check_max_dispatches
 from ._queue import check_run_filter as check_run_filter
+from ._queue import check_served as check_served
 from ._queue import decide_dispatch as decide_dispatch
 from ._queue import dispatchable as dispatchable
+from ._queue import serves as serves
+from ._queue import stranded as stranded
+from ._queue import waiting as waiting
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = (
+    "ADVERTISE_METHODS",
     "DEAD_LETTER_ERROR",
+    "DELETE_METHODS",
     "FORMAT_VERSION",
     "SCHEMA_VERSION",
     "STORE_METHODS",
     "WORKER_METHODS",
+    "AdvertisingStore",
     "ClaimDecision",
+    "DeletableStore",
     "Dispatch",
     "Entry",
     "EntryKind",
@@ -63,25 +80,34 @@ __all__ = (
     "RunRecord",
     "RunStatus",
     "SQLiteStore",
+    "Served",
     "Store",
     "WatchableStore",
+    "WorkerAd",
     "WorkerStore",
     "check_append",
+    "check_delete",
     "check_max_dispatches",
     "check_owner",
     "check_run_filter",
+    "check_served",
     "check_ttl",
     "decide_cancel",
     "decide_claim",
     "decide_dispatch",
     "dispatchable",
     "dumps_record",
+    "dumps_served",
     "entry_checksum",
     "fenced_update",
     "first_gap",
     "load_entry",
     "load_run_record",
     "loads_record",
+    "loads_served",
     "renewal",
+    "serves",
+    "stranded",
     "utcnow",
+    "waiting",
 )

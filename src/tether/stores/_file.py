@@ -6,20 +6,43 @@ Layout::
         <run_id>/
             run.json                  RunRecord.to_json()
             .lock                     flock()ed by every write about the run
-            entries/
-                000000000001.json     Entry.to_json(), one file per journal entry
-                000000000002.json
+            entries/                  one file per append, named by its first seq:
+                000000000001.json     Entry.to_json() of an append of one entry
+                000000000002.json     [Entry.to_json(), ...]: seqs 2, 3, 4 (one append)
+                000000000005.json
         .owners/<owner>.json          a lease holder's expiry (one file per owner)
+        .trash/<random>/              a deleted run's folder, being removed (ignored by reads)
+        .workers/<owner>.json         what a worker serves, until when (one file per worker)
         .tmp-<random>/                a run being created (ignored by reads)
 
 Every file is written atomically: to a unique temporary name in the same
 folder (names starting with ``.`` are never read), fsynced, then published
-(``os.link`` for an entry, ``os.replace`` for ``run.json``, ``os.rename`` of a
-whole prepared folder for a new run), and the folder is fsynced. An entry's
-``seq`` is claimed by publishing its file with ``os.link``, which fails when
-another writer (another process) took that number first: the writer then
-tries the next one, so processes sharing the folder never overwrite each
-other.
+(``os.link`` for an append's entries, ``os.replace`` for ``run.json``,
+``os.rename`` of a whole prepared folder for a new run), and the folder is
+fsynced. An append's seqs are claimed by publishing its file, named by its
+first seq, with ``os.link``, which fails when another writer (another
+process) took that number first: the writer then goes past the highest seq
+stored, so processes sharing the folder never overwrite each other. (Every
+append starts at the seq after the highest stored, so a writer whose idea of
+it is stale always collides with the file of the append it missed.)
+
+An append is one file, whatever its number of entries (group commit costs
+two fsyncs per append, not two per entry), and a crash never leaves a gap
+in the journal, which the strict reader would report as corruption:
+
+* the file's content is fsynced *before* its name is linked, so a name that
+  survives a crash names complete content (all the append's entries);
+* the one link is the whole append: a crash keeps all its entries or none;
+* appends to a run are serialized (the run's ``flock``), and one returns
+  only after the folder's fsync made its link durable; the next append's
+  link is made after that, so a crash can lose only the newest append, a
+  suffix of the journal, never one below a later seq.
+
+A lost newest append was not acknowledged (its ``append`` had not returned),
+so its steps run again on resume. One file per *entry* with a single folder
+fsync per append would not do: until that fsync, a crash may keep any subset
+of the new names (a folder's entries are not written in order on every file
+system), so a later seq could survive an earlier one.
 
 Every write about a run (an append, a record update, a claim, a cancel)
 holds an exclusive ``flock`` on the run's ``.lock`` file while it reads the
@@ -35,14 +58,17 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import re
+import shutil
 import stat
 import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar, final
 
@@ -59,6 +85,7 @@ from .._errors import (
 )
 from ._leases import (
     check_append,
+    check_delete,
     check_owner,
     check_ttl,
     decide_cancel,
@@ -72,12 +99,21 @@ from ._protocol import (
     Renewal,
     RunRecord,
     RunStatus,
+    Served,
+    WorkerAd,
     dumps_record,
-    first_gap,
-    load_entry,
     load_run_record,
+    loads_record,
+    served_from_json,
+    served_to_json,
 )
-from ._queue import check_max_dispatches, check_run_filter, decide_dispatch, dispatchable
+from ._queue import (
+    check_max_dispatches,
+    check_run_filter,
+    check_served,
+    decide_dispatch,
+    dispatchable,
+)
 
 __all__ = ("FileStore",)
 
@@ -91,6 +127,8 @@ _ENTRIES = "entries"
 _TEMP = ".tmp-"
 _LOCK = ".lock"
 _OWNERS = ".owners"
+_TRASH = ".trash"  # deleted runs' folders, renamed here whole, then removed
+_WORKERS = ".workers"
 #: How long a write waits for another process's lock on a run, in seconds.
 _LOCK_TIMEOUT: Final = 10.0
 _LOCK_POLL: Final = 0.002
@@ -162,6 +200,34 @@ def _write_temp(folder: Path, data: bytes) -> Path:
     return temp
 
 
+def _batch_bytes(entries: Sequence[Entry]) -> bytes:
+    """The journal file of one append: its entry's JSON object, or an array of several."""
+    texts = [dumps_record(entry.to_json()) for entry in entries]
+    return (texts[0] if len(texts) == 1 else "[" + ",".join(texts) + "]").encode("utf-8")
+
+
+def _decode_batch(data: object) -> list[Entry]:
+    """The entries of a journal file's JSON (see :func:`_batch_bytes`), strictly."""
+    if not isinstance(data, list):
+        return [Entry.from_json(data)]
+    if len(data) < 2:  # never written: one entry is stored as an object
+        raise RecordDecodeError(f"a file of entries holds two or more, not {len(data)}")
+    return [Entry.from_json(item) for item in data]
+
+
+def _replace_small(folder: Path, name: str, data: bytes) -> None:
+    """Publish *data* as *folder*/*name* atomically, not fsynced (leases, advertisements:
+    neither outlives a crash), creating *folder* if needed."""
+    folder.mkdir(exist_ok=True)
+    temp = _temp_name(folder)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(temp, folder / name)
+
+
 def _write_torn(folder: Path, data: bytes) -> None:
     """What :func:`_write_temp` leaves when the process dies in its middle.
 
@@ -187,8 +253,8 @@ class FileStore:
     Args:
         directory: the store's folder; created (with its parents) on :meth:`open`.
 
-    Layout: ``<directory>/<run_id>/run.json`` and one file per journal entry,
-    ``<directory>/<run_id>/entries/<seq, 12 digits>.json``. Each file is
+    Layout: ``<directory>/<run_id>/run.json`` and one file per append,
+    ``<directory>/<run_id>/entries/<first seq, 12 digits>.json``. Each file is
     written atomically (temporary file, fsync, publish, fsync of the folder);
     names starting with ``.`` are temporary and never read.
 
@@ -217,9 +283,9 @@ class FileStore:
     The file system must support hard links (``os.link``), as local POSIX
     file systems do.
 
-    A multi-entry :meth:`append` publishes its entries one file at a time:
-    each entry is atomic, but a crash in the middle keeps a prefix of them
-    (the engine appends one entry per call).
+    An :meth:`append` is atomic: its new entries are published in one file
+    (a crash keeps all of them or none, and never leaves a gap below a
+    later seq; see the module doc).
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -234,6 +300,9 @@ class FileStore:
         self._run_locks = tuple(threading.Lock() for _ in range(_LOCKS))
         self._ids: dict[str, dict[str, Entry]] = {}  # run -> idempotency key -> stored
         self._next: dict[str, int] = {}  # run -> the seq to try next
+        # run -> which folder of that id the two caches above are about (a
+        # deleted run's id may be created again, by any process)
+        self._marks: dict[str, tuple[int, int, int]] = {}
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
@@ -415,13 +484,14 @@ class FileStore:
             (self._root / _OWNERS / f"{owner}.json").unlink(missing_ok=True)
         mine: dict[str, tuple[int, bool]] = {}
         for run_id in held:
-            folder = self._run_dir(run_id)
-            if folder is None:
-                continue
-            record = self._read_run(run_id, folder, lease=False)
-            if record.owner == owner:
+            record = self._unless_deleted(run_id, partial(self._read_held, run_id), None)
+            if record is not None and record.owner == owner:
                 mine[run_id] = (record.token, record.cancel_requested)
         return renewal(mine, held)
+
+    def _read_held(self, run_id: str) -> RunRecord | None:
+        folder = self._run_dir(run_id)
+        return None if folder is None else self._read_run(run_id, folder, lease=False)
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
         """Record a cancel, under the run's lock (see :meth:`Store.cancel_run`).
@@ -449,16 +519,82 @@ class FileStore:
 
     def _write_owner(self, owner: str, expires: float) -> None:
         """Publish *owner*'s lease expiry (not fsynced: a lease does not outlive a crash)."""
-        folder = self._root / _OWNERS
-        folder.mkdir(exist_ok=True)
         data = json.dumps({"owner": owner, "expires": expires}).encode("utf-8")
-        temp = folder / f"{_TEMP}{uuid.uuid4().hex}.json"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
+        _replace_small(self._root / _OWNERS, f"{owner}.json", data)
+
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        """Rewrite worker *owner*'s file in ``.workers`` (``ttl=0``: remove it).
+
+        Expired files of other workers are removed here. A checkpoint.
+
+        Raises:
+            StoreError: the file system failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        served = check_served(serves)
+        await self._call(f"advertising worker {owner}", self._advertise_sync, owner, served, ttl)
+
+    def _advertise_sync(self, owner: str, serves: frozenset[Served], ttl: float) -> None:
+        folder = self._root / _WORKERS
+        path = folder / f"{owner}.json"
+        now = time.time()
+        for ad in self._workers_sync(now=-math.inf):
+            if ad.expires_at.timestamp() <= now and ad.owner != owner:
+                (folder / f"{ad.owner}.json").unlink(missing_ok=True)
+        if not ttl:
+            path.unlink(missing_ok=True)
+            return
+        data = {"owner": owner, "serves": served_to_json(serves), "expires": now + ttl}
+        _replace_small(folder, f"{owner}.json", json.dumps(data).encode("utf-8"))
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        """The live advertisements in ``.workers``, by owner. A checkpoint.
+
+        Raises:
+            CheckpointCorruptError: a file there cannot be read.
+            StoreError: the file system failed.
+        """
+        result: list[WorkerAd] = await self._call(
+            "listing workers", lambda: self._workers_sync(now=time.time())
+        )
+        return result
+
+    def _workers_sync(self, *, now: float) -> list[WorkerAd]:
+        """The advertisements expiring after *now*, by owner."""
+        folder = self._root / _WORKERS
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(temp, folder / f"{owner}.json")
+            with os.scandir(folder) as it:
+                names = sorted(d.name for d in it if not d.name.startswith("."))
+        except FileNotFoundError:
+            return []
+        ads = []
+        for name in names:
+            path = folder / name
+            try:
+                raw = self._read_file(name, path)
+            except CheckpointCorruptError as exc:
+                if not os.path.lexists(path):
+                    continue  # withdrawn while listing
+                problem = str(exc).rpartition(f"{path}: ")[2]
+                raise CheckpointCorruptError(f"worker advertisement {path}: {problem}") from None
+            try:
+                data = json.loads(raw)
+                owner, expires = data["owner"], data["expires"]
+                if (
+                    set(data) != {"owner", "serves", "expires"}
+                    or f"{owner}.json" != name
+                    or not isinstance(expires, float | int)
+                ):
+                    raise ValueError("not a worker advertisement of that name")
+                serves = served_from_json(data["serves"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CheckpointCorruptError(
+                    f"worker advertisement {path} cannot be read: {exc}"
+                ) from None
+            if expires > now:
+                ads.append(WorkerAd(owner=owner, serves=serves, expires_at=_time_of(expires)))
+        return ads
 
     def _owner_expiry(self, owner: str) -> float | None:
         """When *owner*'s leases expire (Unix time), or ``None`` if it has no lease file."""
@@ -484,12 +620,34 @@ class FileStore:
             RunNotFoundError: no such run (the message starts with *doing*).
             StoreError: another process held the lock for :data:`_LOCK_TIMEOUT`.
         """
-        folder = self._run_dir(run_id)
-        if folder is None:
-            raise RunNotFoundError(f"{doing} run {run_id!r}: it is not stored in {self!r}")
-        fd = os.open(folder / _LOCK, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + _LOCK_TIMEOUT
+        while True:
+            folder = self._run_dir(run_id)
+            if folder is None:
+                raise RunNotFoundError(f"{doing} run {run_id!r}: it is not stored in {self!r}")
+            try:
+                fd = os.open(
+                    folder / _LOCK, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o644
+                )
+            except FileNotFoundError:
+                continue  # deleted meanwhile (its folder renamed away): look again
+            if self._lock_file(run_id, folder, fd, deadline):
+                break
+            os.close(fd)
         try:
-            deadline = time.monotonic() + _LOCK_TIMEOUT
+            self._forget_if_new(run_id, fd)
+            yield folder
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _lock_file(self, run_id: str, folder: Path, fd: int, deadline: float) -> bool:
+        """``flock`` *fd*, the run's lock file; ``False`` if, once locked, it is no
+        longer the run's (:meth:`delete_run` renamed the folder away meanwhile).
+
+        Raises:
+            StoreError: another process held the lock until *deadline*.
+        """
+        try:
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -501,9 +659,99 @@ class FileStore:
                             f"for {_LOCK_TIMEOUT:.0f} s (is one stopped?)"
                         ) from None
                     time.sleep(_LOCK_POLL)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(folder / _LOCK, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _forget_if_new(self, run_id: str, fd: int) -> None:
+        """Drop what is cached for appends to *run_id* if its folder is not the one
+        they were cached for: the run was deleted and created again (by any process).
+
+        *fd* is the run's locked lock file: created in its folder by the first
+        write and never replaced, so its identity (device, inode, change time)
+        stands for that folder.
+        """
+        st = os.fstat(fd)
+        mark = (st.st_dev, st.st_ino, st.st_ctime_ns)
+        with self._run_lock(run_id):
+            if self._marks.get(run_id) != mark:
+                self._ids.pop(run_id, None)
+                self._next.pop(run_id, None)
+                self._marks[run_id] = mark
+
+    @contextlib.contextmanager
+    def _locked_or_none(self, run_id: str) -> Iterator[Path | None]:
+        """:meth:`_locked`, yielding ``None`` for a run that is not stored (deleted)."""
+        with contextlib.ExitStack() as stack:
+            try:
+                folder: Path | None = stack.enter_context(self._locked(run_id))
+            except RunNotFoundError:
+                folder = None
             yield folder
-        finally:
-            os.close(fd)  # releases the lock
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run's folder, journal and all, atomically (see the protocol).
+
+        Under the run's lock, the folder is renamed into ``.trash`` (one
+        ``os.rename``: the run vanishes whole for every reader, and a write
+        waiting for the lock finds no run), the store's folder is fsynced,
+        and then the renamed folder is removed. A crash before the rename
+        leaves the whole run; after it, a folder in ``.trash`` that no read
+        looks at, removed by the next ``delete_run`` (of any process). A
+        read that raced the rename reads the run as unknown, never as
+        corrupt. A checkpoint.
+
+        Raises:
+            RunConflictError: an owner holds a live lease on the run.
+            UsageError: the run id is not safe as a folder name.
+            CheckpointCorruptError: the run's record cannot be read.
+            StoreError: the file system failed.
+        """
+        check_run_id(run_id)
+        result: bool = await self._call(f"deleting run {run_id!r}", self._delete_sync, run_id)
+        return result
+
+    def _delete_sync(self, run_id: str) -> bool:
+        trash = self._root / _TRASH
+        trash.mkdir(exist_ok=True)
+        self._check_folder(run_id, trash)  # never move a run through a link
+        with self._locked_or_none(run_id) as folder:
+            if folder is None or not check_delete(self._read_run(run_id, folder), run_id=run_id):
+                return False
+            with self._run_lock(run_id):
+                os.rename(folder, trash / uuid.uuid4().hex)
+                self._ids.pop(run_id, None)
+                self._next.pop(run_id, None)
+            _fsync_dir(self._root)
+        with os.scandir(trash) as it:
+            leftovers = [d.name for d in it]
+        for name in leftovers:  # this delete's folder, and any a crash left
+            shutil.rmtree(trash / name, ignore_errors=True)
+        return True
+
+    def _unless_deleted(self, run_id: str, read: Callable[[], T], gone: T) -> T:
+        """*read()*; *gone* if the run was deleted while it read.
+
+        A delete renames the run's folder away whole, so a read that raced it
+        finds a file or folder missing: that is an unknown run, not a corrupt
+        one. Read again while the run's folder is there (a new run may have
+        taken the id); what stays unreadable is corrupt.
+        """
+        for attempt in range(3):
+            try:
+                return read()
+            except CheckpointCorruptError:
+                if not os.path.lexists(self._root / run_id):
+                    return gone
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run record, or ``None`` for an unknown id. A checkpoint.
@@ -514,9 +762,12 @@ class FileStore:
         """
         check_run_id(run_id)
         result: RunRecord | None = await self._call(
-            f"reading run {run_id!r}", self._get_sync, run_id
+            f"reading run {run_id!r}", self._get_current, run_id
         )
         return result
+
+    def _get_current(self, run_id: str) -> RunRecord | None:
+        return self._unless_deleted(run_id, lambda: self._get_sync(run_id), None)
 
     def _get_sync(self, run_id: str) -> RunRecord | None:
         folder = self._run_dir(run_id)
@@ -529,6 +780,7 @@ class FileStore:
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records by ``created_at`` then id, filtered (see :meth:`Store.list_runs`).
 
@@ -541,7 +793,7 @@ class FileStore:
             CheckpointCorruptError: any run cannot be read (none is skipped),
                 or the directory holds something that is not a run.
         """
-        selected = check_run_filter(status, workflow, after, limit)
+        selected = check_run_filter(status, workflow, after, limit, version)
         records: list[RunRecord] = await self._call("listing runs", self._list_sync)
         return selected.page(records)
 
@@ -550,7 +802,7 @@ class FileStore:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
@@ -571,7 +823,7 @@ class FileStore:
             self._claim_next_sync,
             owner,
             ttl,
-            frozenset(workflows),
+            check_served(workflows),
             max_dispatches,
             frozenset(gone),
         )
@@ -581,14 +833,16 @@ class FileStore:
         self,
         owner: str,
         ttl: float,
-        workflows: frozenset[str],
+        workflows: frozenset[Served],
         max_dispatches: int,
         gone: frozenset[str],
     ) -> RunRecord | None:
         for listed in self._list_sync():
             if not dispatchable(listed, workflows=workflows, gone=gone):
                 continue
-            with self._locked(listed.run_id) as folder:
+            with self._locked_or_none(listed.run_id) as folder:
+                if folder is None:
+                    continue  # deleted since it was listed
                 current = self._read_run(listed.run_id, folder)
                 if not dispatchable(current, workflows=workflows, gone=gone):
                     continue  # claimed or changed since it was listed
@@ -610,15 +864,14 @@ class FileStore:
                 check_run_id(name)
             except UsageError:
                 raise self._corrupt(name, self._root / name, "not a run folder name") from None
-            folder = self._run_dir(name)
-            if folder is None:  # removed while listing
-                continue
-            records.append(self._read_run(name, folder))
+            record = self._get_current(name)
+            if record is not None:  # None: deleted while listing
+                records.append(record)
         records.sort(key=lambda r: (r.created_at, r.run_id))
         return records
 
     async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
-        """Publish one file per entry, each claiming the run's next ``seq``.
+        """Publish the new entries in one file, with the run's next seqs: all or none.
 
         A checkpoint; see the class doc on cancellation and idempotency.
 
@@ -649,49 +902,73 @@ class FileStore:
                 self._next[run_id] = len(journal) + 1
             folder = folder / _ENTRIES
             self._check_folder(run_id, folder)  # never write through a link
-            stored: list[Entry] = []
+            # Each entry is a stored one (a duplicate) or the index of a new one
+            # (an entry repeated within the call is stored once).
+            placed: list[Entry | int] = []
+            new: dict[str, int] = {}  # idempotency key -> index among the new entries
+            fresh: list[Entry] = []
             for entry in entries:
                 ikey = entry.idempotency_key
                 existing = ids.get(ikey)
-                if existing is None:
-                    existing = self._publish(run_id, folder, entry)
-                    ids[ikey] = existing
-                stored.append(existing)
-            return stored
+                if existing is not None:
+                    placed.append(existing)
+                    continue
+                index = new.get(ikey)
+                if index is None:
+                    index = new[ikey] = len(fresh)
+                    fresh.append(entry)
+                placed.append(index)
+            if not fresh:
+                return [p for p in placed if isinstance(p, Entry)]
+            published = self._publish(run_id, folder, fresh)
+            for ikey, index in new.items():
+                ids[ikey] = published[index]
+            return [published[p] if isinstance(p, int) else p for p in placed]
 
-    def _publish(self, run_id: str, folder: Path, entry: Entry) -> Entry:
+    def _publish(self, run_id: str, folder: Path, entries: list[Entry]) -> list[Entry]:
+        """Store *entries* as the run's next seqs, in one file: all of them, or none.
+
+        See the module doc for why one file per append keeps a crash from
+        leaving a gap. Under the run's locks.
+        """
         seq = self._next.get(run_id, 1)
         while True:
-            done = entry.stored_as(seq)
-            temp = _write_temp(folder, dumps_record(done.to_json()).encode("utf-8"))
+            done = [entry.stored_as(seq + i) for i, entry in enumerate(entries)]
+            temp = _write_temp(folder, _batch_bytes(done))
             try:
                 os.link(temp, folder / f"{seq:012d}.json", follow_symlinks=False)
             except FileExistsError:
-                # Another process took this seq: go past everything stored now.
-                seq = max(seq + 1, self._max_seq(folder) + 1)
+                # Another process appended since this one did: go past everything stored now.
+                seq = max(seq + 1, self._last_seq(run_id, folder) + 1)
                 continue
             finally:
                 temp.unlink()
             _fsync_dir(folder)
-            self._next[run_id] = seq + 1
+            self._next[run_id] = seq + len(done)
             return done
 
-    def _max_seq(self, folder: Path) -> int:
+    def _last_seq(self, run_id: str, folder: Path) -> int:
+        """The highest seq stored in the journal folder *folder* (0: none)."""
         with os.scandir(folder) as it:
-            seqs = [int(m[1]) for d in it if (m := _ENTRY_NAME.fullmatch(d.name))]
-        return max(seqs, default=0)
+            firsts = [int(m[1]) for d in it if (m := _ENTRY_NAME.fullmatch(d.name))]
+        if not firsts:
+            return 0
+        last = max(firsts)
+        return last + len(self._load_file(run_id, folder / f"{last:012d}.json", last)) - 1
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:
         """The run's journal in ``seq`` order (empty for an unknown run). A checkpoint.
 
         Raises:
-            CheckpointCorruptError: any entry file cannot be read or decoded,
-                disagrees with its name, or a ``seq`` is missing (none is skipped).
+            CheckpointCorruptError: any journal file cannot be read or decoded,
+                disagrees with its name, or a ``seq`` is missing or stored
+                twice (none is skipped).
             UsageError: the run id is not safe as a folder name.
         """
         check_run_id(run_id)
         result: list[Entry] = await self._call(
-            f"loading the journal of run {run_id!r}", self._load_sync, run_id
+            f"loading the journal of run {run_id!r}",
+            lambda: self._unless_deleted(run_id, lambda: self._load_sync(run_id), []),
         )
         return result
 
@@ -716,25 +993,42 @@ class FileStore:
         except OSError as exc:
             raise self._corrupt(run_id, entries_dir, f"cannot be listed: {exc}") from None
         found.sort()
-        gap = first_gap([seq for seq, _ in found])
-        if gap is not None:
-            missing = entries_dir / f"{gap:012d}.json"
-            raise self._corrupt(run_id, missing, f"entry seq {gap} is missing")
         journal: list[Entry] = []
         for seq, path in found:
-            try:
-                journal.append(load_entry(self._read_file(run_id, path), run_id, seq))
-            except RecordDecodeError as exc:
-                raise self._corrupt(run_id, path, str(exc)) from None
+            expected = len(journal) + 1  # files hold seqs 1, 2, 3, ... in order, no gaps
+            if seq > expected:
+                missing = entries_dir / f"{expected:012d}.json"
+                raise self._corrupt(run_id, missing, f"entry seq {expected} is missing")
+            if seq < expected:
+                raise self._corrupt(
+                    run_id, path, f"entry seq {seq} is stored twice (in an earlier file too)"
+                )
+            journal += self._load_file(run_id, path, seq)
         return journal
+
+    def _load_file(self, run_id: str, path: Path, first: int) -> list[Entry]:
+        """The entries of journal file *path*, whose name says it starts at seq *first*."""
+        try:
+            batch: list[Entry] = loads_record(self._read_file(run_id, path), _decode_batch)
+        except RecordDecodeError as exc:
+            raise self._corrupt(run_id, path, str(exc)) from None
+        for i, entry in enumerate(batch):
+            where = "the entry" if len(batch) == 1 else f"entry {i + 1} of the file"
+            if entry.run_id != run_id:
+                raise self._corrupt(run_id, path, f"{where} names run {entry.run_id!r}")
+            if entry.seq != first + i:
+                raise self._corrupt(
+                    run_id, path, f"{where} says seq {entry.seq!r}, where it is stored {first + i}"
+                )
+        return batch
 
     # -- crash simulation (tether.testing.FaultyStore's Crash(torn=True)) ---------------
 
     def _simulate_torn_append(self, run_id: str, entries: Sequence[Entry]) -> None:
         """Leave what a crash in the middle of ``append(run_id, entries)`` leaves.
 
-        The first entry the append would publish is half-written to the
-        temporary name :meth:`_publish` uses (``entries/.tmp-<random>.json``),
+        The file the append would publish (its new entries) is half-written to
+        the temporary name :meth:`_publish` uses (``entries/.tmp-<random>.json``),
         without the fsync, the link and the folder's fsync that would follow:
         the process died inside :func:`_write_temp`. Readers ignore the file.
         Nothing cached changes. Where the real call would fail before writing
@@ -765,10 +1059,13 @@ class FileStore:
                     journal = self._load_sync(run_id)
                     ids = {e.idempotency_key: e for e in journal}
                     seq = len(journal) + 1
-                new = [e for e in entries if e.idempotency_key not in ids]
+                new: dict[str, Entry] = {}
+                for e in entries:
+                    if e.idempotency_key not in ids:
+                        new.setdefault(e.idempotency_key, e)
                 if new:
-                    data = dumps_record(new[0].stored_as(seq).to_json()).encode("utf-8")
-                    _write_torn(folder / _ENTRIES, data)
+                    done = [e.stored_as(seq + i) for i, e in enumerate(new.values())]
+                    _write_torn(folder / _ENTRIES, _batch_bytes(done))
         except OSError as exc:
             raise StoreError(
                 f"simulating a torn append to run {run_id!r} in {self!r} failed: {exc}"

@@ -10,6 +10,7 @@ third-party store gets them by calling the same functions:
   token, and what is stored (a recorded cancel is never lost);
 - :func:`check_append`: whether journal entries carry the current token;
 - :func:`decide_cancel`: what ``engine.cancel`` records;
+- :func:`check_delete`: whether ``delete_run`` may delete a run (not while it executes);
 - :func:`renewal`: what an owner's renewal reports.
 
 A lease is *live* when the record read in the atomic step has an ``owner``
@@ -38,6 +39,7 @@ from ._protocol import Entry, Renewal, RunRecord, RunStatus, utcnow
 __all__ = (
     "ClaimDecision",
     "check_append",
+    "check_delete",
     "check_owner",
     "check_ttl",
     "decide_cancel",
@@ -138,7 +140,7 @@ def decide_claim(
     """Decide a claim of *run_id* by *owner*, given the record read in the same atomic step.
 
     - no run: created with token 1 if *create* is given (else RunNotFoundError);
-    - *create* names another workflow or other arguments: RunConflictError;
+    - *create* names another workflow, version or other arguments: RunConflictError;
     - cancelled, or a cancel recorded: RunCancelledError (a recorded cancel
       without a live owner is stored as ``cancelled`` first);
     - completed: nothing is written; the stored record is returned;
@@ -167,6 +169,8 @@ def decide_claim(
                 f"resume it with engine.resume({run_id!r}) or choose a new run_id"
             ),
         )
+    if create is not None and create.version != current.version:
+        return ClaimDecision(None, error=version_conflict(current, create.version))
     live = _live(current) and current.token != takeover
     if current.status is RunStatus.CANCELLED or current.cancel_requested:
         cancelled = RunCancelledError(
@@ -192,6 +196,20 @@ def decide_claim(
         dispatches=0,
     )
     return ClaimDecision(record, result=record)
+
+
+def version_conflict(current: RunRecord, version: str | None) -> RunConflictError:
+    """The refusal to start *current*'s run id again under another workflow *version*."""
+
+    def shown(v: str | None) -> str:
+        return "unversioned" if v is None else f"version {v!r}"
+
+    return RunConflictError(
+        f"run {current.run_id!r} was started under {shown(current.version)} of workflow "
+        f"{current.workflow!r}, not {shown(version)}; nothing was executed. Resume it with "
+        f"engine.resume({current.run_id!r}) where its version is registered, or choose a "
+        "new run_id"
+    )
 
 
 def cancelled_record(current: RunRecord, now: datetime) -> RunRecord:
@@ -313,3 +331,26 @@ def renewal(mine: Mapping[str, tuple[int, bool]], held: Mapping[str, int]) -> Re
         elif stored[1]:
             cancelled.add(run_id)
     return Renewal(lost=frozenset(lost), cancelled=frozenset(cancelled))
+
+
+def check_delete(current: RunRecord | None, *, run_id: str) -> bool:
+    """Decide ``delete_run(run_id)`` given the record read in the same atomic step.
+
+    Returns whether there is a run to delete (``False``: no such run, nothing
+    to do).
+
+    Raises:
+        RunConflictError: an owner holds a live lease on the run; it is
+            executing and must not lose its record under it.
+    """
+    if current is None:
+        return False
+    if _live(current):
+        when = current.lease_expires_at.isoformat() if current.lease_expires_at else "unknown"
+        raise RunConflictError(
+            f"run {run_id!r} is executing: owner {current.owner} holds its lease until "
+            f"{when}; it was not deleted",
+            owner=current.owner,
+            expires_at=current.lease_expires_at,
+        )
+    return True

@@ -12,6 +12,7 @@ import trio
 from .._errors import RunConflictError, RunNotFoundError
 from ._leases import (
     check_append,
+    check_delete,
     check_owner,
     check_ttl,
     decide_cancel,
@@ -19,8 +20,14 @@ from ._leases import (
     fenced_update,
     renewal,
 )
-from ._protocol import Entry, Renewal, RunRecord, RunStatus
-from ._queue import check_max_dispatches, check_run_filter, decide_dispatch, dispatchable
+from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd
+from ._queue import (
+    check_max_dispatches,
+    check_run_filter,
+    check_served,
+    decide_dispatch,
+    dispatchable,
+)
 
 __all__ = ("MemoryStore",)
 
@@ -47,6 +54,8 @@ class MemoryStore:
     def __init__(self, *, clock: Callable[[], float] = trio.current_time) -> None:
         self._clock = clock
         self._leases: dict[str, float] = {}  # owner -> when its leases expire
+        # worker -> what it serves and when that advertisement expires
+        self._workers: dict[str, tuple[frozenset[Served], float]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[Entry]] = {}
         # run -> entry key -> the run's stored entries with that key (usually one)
@@ -90,8 +99,9 @@ class MemoryStore:
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
     ) -> Sequence[RunRecord]:
-        selected = check_run_filter(status, workflow, after, limit)
+        selected = check_run_filter(status, workflow, after, limit, version)
         await trio.lowlevel.checkpoint()
         # The dict keeps creation order; a scan is what an in-memory store affords.
         return [self._read(r) for r in selected.page(self._runs.values())]
@@ -101,17 +111,18 @@ class MemoryStore:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
+        served = check_served(workflows)
         await trio.lowlevel.checkpoint()
         for stored in list(self._runs.values()):
             current = self._read(stored)
-            if not dispatchable(current, workflows=workflows, gone=gone):
+            if not dispatchable(current, workflows=served, gone=gone):
                 continue
             decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
             self._set(decision.store)
@@ -121,6 +132,29 @@ class MemoryStore:
                     decision.store, lease_expires_at=datetime.fromtimestamp(expires, UTC)
                 )
         return None
+
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        """Record what worker *owner* serves until now + *ttl* (``ttl=0``: withdraw it)."""
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        served = check_served(serves)
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        self._workers = {o: ad for o, ad in self._workers.items() if ad[1] > now}
+        if ttl:
+            self._workers[owner] = (served, now + ttl)
+        else:
+            self._workers.pop(owner, None)
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        """The advertisements that have not expired on the store's clock, by owner."""
+        await trio.lowlevel.checkpoint()
+        now = self._clock()
+        return [
+            WorkerAd(owner=o, serves=ad[0], expires_at=datetime.fromtimestamp(ad[1], UTC))
+            for o, ad in sorted(self._workers.items())
+            if ad[1] > now
+        ]
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """Call *changed()* after each change to a run record (in this process); never return."""
@@ -190,6 +224,23 @@ class MemoryStore:
         if record is not None:
             self._set(record)
         return self._read(self._runs[run_id])
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run and its journal at once (see :meth:`DeletableStore.delete_run`).
+
+        Raises:
+            RunConflictError: an owner holds a live lease on the run.
+        """
+        await trio.lowlevel.checkpoint()
+        current = self._runs.get(run_id)
+        if not check_delete(None if current is None else self._read(current), run_id=run_id):
+            return False
+        del self._runs[run_id]
+        self._journals.pop(run_id, None)
+        self._by_key.pop(run_id, None)
+        for changed in list(self._watchers):
+            changed()
+        return True
 
     def _read(self, record: RunRecord) -> RunRecord:
         """*record* with its lease expiry filled while the owner's lease is live."""

@@ -1,6 +1,6 @@
 """A store on PostgreSQL: pooled sync connections in worker threads, group commit.
 
-Layout (schema version 1, kept in ``{schema}.tether_schema``), in a
+Layout (schema version 2, kept in ``{schema}.tether_schema``), in a
 PostgreSQL schema of its own (``schema=``, default ``tether``)::
 
     tether_schema(version integer)              -- one row: the schema version
@@ -9,7 +9,8 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
          data text NOT NULL,                    -- RunRecord.to_json(), JSON text
          status text, workflow text,            -- copies for listings and workers,
                                                 -- indexed with id
-         owner text, token bigint, cancel boolean)  -- copies of data's lease fields
+         owner text, token bigint, cancel boolean,  -- copies of data's lease fields
+         version text)                          -- copy of the workflow version
     entries(run_id text, seq integer,
             ikey text,                          -- Entry.idempotency_key
             data text,                          -- Entry.to_json(), JSON text
@@ -17,6 +18,9 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
     owners(owner text PRIMARY KEY,              -- one row per lease holder:
            expires timestamptz,                 -- its leases' expiry, database clock
            last_claim text)                     -- its latest worker claim (retries)
+    workers(owner text PRIMARY KEY,             -- one row per live worker:
+            serves text,                        -- its (workflow, version) pairs, JSON
+            expires timestamptz)                -- until when, database clock
 
 Records are stored as the exact JSON text every tether store writes (not
 ``jsonb``, which would normalize it), and read back with the same strict
@@ -69,8 +73,8 @@ from ._postgres_conn import Connections, _Abandoned, _Call, _describe, _psycopg
 from ._postgres_sql import statements
 from ._postgres_tables import Tables
 from ._postgres_writer import Writer, _Job
-from ._protocol import Entry, Renewal, RunRecord, RunStatus, dumps_record
-from ._queue import check_max_dispatches, check_run_filter
+from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd, dumps_record
+from ._queue import check_max_dispatches, check_run_filter, check_served
 from ._rows import Appending, encode_append
 
 if TYPE_CHECKING:
@@ -282,8 +286,15 @@ class PostgresStore:
             return
         hurry = threading.Event()
         finished = threading.Event()
+        # Whoever takes it shuts down: the thread, or this task when it was
+        # cancelled before the thread ran (waiting for a thread slot, or
+        # already cancelled on entry), so the shutdown happens exactly once
+        # and is always waited for.
+        claim = threading.Lock()
 
         def shut_down() -> None:
+            if not claim.acquire(blocking=False):
+                return  # the closer took over
             try:
                 self._shut_down(writer, pool, hurry)
             finally:
@@ -294,7 +305,10 @@ class PostgresStore:
         except BaseException:
             hurry.set()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(finished.wait)
+                if claim.acquire(blocking=False):
+                    await trio.to_thread.run_sync(self._shut_down, writer, pool, hurry)
+                else:
+                    await trio.to_thread.run_sync(finished.wait)
             raise
 
     def _shut_down(
@@ -378,7 +392,7 @@ class PostgresStore:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
@@ -397,8 +411,8 @@ class PostgresStore:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
-        names, dead = sorted(set(workflows)), sorted(set(gone))
-        if not names:
+        served, dead = check_served(workflows), sorted(set(gone))
+        if not served:
             await trio.lowlevel.checkpoint()
             return None
         attempt = uuid.uuid4().hex
@@ -409,7 +423,7 @@ class PostgresStore:
                 retrying,
                 owner=owner,
                 ttl=ttl,
-                names=names,
+                served=served,
                 dead=dead,
                 max_dispatches=max_dispatches,
                 attempt=attempt,
@@ -432,6 +446,34 @@ class PostgresStore:
             lambda conn, retrying: self._tables.renew(conn, owner, ttl, held),
         )
 
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        """Replace worker *owner*'s row of ``workers`` (``ttl=0``: delete it); one transaction.
+
+        Expired rows are deleted in the same transaction. Idempotent, so
+        retried as any read.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        served = check_served(serves)
+        await self._call(
+            f"advertising worker {owner}",
+            lambda conn, retrying: self._tables.advertise(conn, owner, served, ttl),
+        )
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        """The live rows of ``workers``, by owner (the database's clock). A checkpoint.
+
+        Raises:
+            CheckpointCorruptError: a row does not decode.
+            StoreError: the database failed.
+        """
+        return await self._call(
+            "listing workers", lambda conn, retrying: self._tables.list_workers(conn)
+        )
+
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
         """Record a cancel (one transaction; see :meth:`Store.cancel_run`; notifies watchers).
 
@@ -444,6 +486,24 @@ class PostgresStore:
         return await self._call(
             f"cancelling run {run_id!r}",
             lambda conn, retrying: self._tables.cancel_run(conn, run_id, takeover),
+        )
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run and its journal (one transaction; notifies watchers).
+
+        The run's row is locked first, so the delete waits for a claim or a
+        write in progress and then decides on what it committed. Retrying is
+        safe: a retry after an unclear outcome that finds no run reports it
+        deleted.
+
+        Raises:
+            RunConflictError: an owner holds a live lease on the run.
+            StoreError: the database failed.
+        """
+        attempted: list[bool] = []
+        return await self._call(
+            f"deleting run {run_id!r}",
+            lambda conn, retrying: self._tables.delete_run(conn, retrying, run_id, attempted),
         )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -465,6 +525,7 @@ class PostgresStore:
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records in creation order, filtered and paged (indexed queries).
 
@@ -476,7 +537,7 @@ class PostgresStore:
             CheckpointCorruptError: a selected row does not decode (none is skipped).
             StoreError: the database failed.
         """
-        selected = check_run_filter(status, workflow, after, limit)
+        selected = check_run_filter(status, workflow, after, limit, version)
         return await self._call(
             "listing runs", lambda conn, retrying: self._tables.list_runs(conn, selected)
         )

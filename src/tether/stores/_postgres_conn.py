@@ -344,22 +344,25 @@ class Connections:
         """
         token = trio.lowlevel.current_trio_token()
         stop = threading.Event()
-        finished = threading.Event()
         call = _Call()
 
-        def listen() -> None:
+        async def stop_when_cancelled() -> None:
             try:
-                self._listen(channel, changed, token, stop, call)
+                await trio.sleep_forever()
             finally:
-                finished.set()
+                stop.set()
+                self.cut(call)
 
-        try:
-            await trio.to_thread.run_sync(listen, abandon_on_cancel=True)
-        finally:
-            stop.set()
-            self.cut(call)
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(finished.wait)
+        # Not abandoned on cancel: the sibling's cancellation stops the thread
+        # (stop, then cut its blocking call) and this waits until it has ended,
+        # so no thread outlives the call. Cancelled before the thread started
+        # (waiting for a thread slot), nothing is left to wait for.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_when_cancelled)
+            try:
+                await trio.to_thread.run_sync(self._listen, channel, changed, token, stop, call)
+            finally:
+                nursery.cancel_scope.cancel()
 
     def _listen(
         self,

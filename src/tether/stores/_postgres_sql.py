@@ -16,13 +16,19 @@ if TYPE_CHECKING:
 __all__ = ("ADVISORY_LOCK_CLASS", "SCHEMA_VERSION", "Statements", "statements")
 
 #: The schema version this tether writes and reads (``{schema}.tether_schema``).
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 #: The first key of the advisory lock that serializes migrations; the second is
 #: ``hashtext(schema)``, so stores in other schemas migrate independently.
 ADVISORY_LOCK_CLASS: Final = 0x7E7E_7E01
 
-# Creates version 1 in an empty schema, one statement at a time.
+_WORKERS: Final = """CREATE TABLE {s}.workers (
+        owner text PRIMARY KEY,
+        serves text NOT NULL,
+        expires timestamptz NOT NULL
+    )"""
+
+# Creates the current version in an empty schema, one statement at a time.
 _CREATE: Final = (
     "CREATE TABLE {s}.tether_schema (version integer NOT NULL)",
     """CREATE TABLE {s}.runs (
@@ -33,7 +39,8 @@ _CREATE: Final = (
         workflow text NOT NULL,
         owner text,
         token bigint NOT NULL DEFAULT 0,
-        cancel boolean NOT NULL DEFAULT false
+        cancel boolean NOT NULL DEFAULT false,
+        version text
     )""",
     "CREATE INDEX runs_status ON {s}.runs (status, id)",
     "CREATE INDEX runs_workflow ON {s}.runs (workflow, id)",
@@ -52,10 +59,17 @@ _CREATE: Final = (
         expires timestamptz NOT NULL,
         last_claim text
     )""",
+    _WORKERS,
 )
 
-#: Migrations by the version they start from (none yet: version 1 is the first).
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
+#: Migrations by the version they start from, run under the advisory lock.
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    # 1 -> 2: the workflow version column (older records have none: NULL is
+    # right; adding a nullable column rewrites nothing), and workers'
+    # advertisements, kept apart from leases. No index for the version: a
+    # workflow has few versions, and the (workflow, id) index narrows to it.
+    1: ("ALTER TABLE {s}.runs ADD COLUMN version text", _WORKERS),
+}
 
 # A run row with its owner's lease expiry and whether it is live, on the database's clock.
 _SELECT_RUN: Final = """
@@ -85,12 +99,12 @@ _TEXT: Final = {
     "run_id_of": "SELECT id FROM {s}.runs WHERE run_id = %s",
     "list_runs": _SELECT_RUN,
     "insert_run": """
-        INSERT INTO {s}.runs (data, status, workflow, owner, token, cancel, run_id)
-        VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING id
+        INSERT INTO {s}.runs (data, status, workflow, owner, token, cancel, version, run_id)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING id
     """,
     "put_run": """
         UPDATE {s}.runs SET data = %s, status = %s, workflow = %s, owner = %s, token = %s,
-        cancel = %s WHERE run_id = %s
+        cancel = %s, version = %s WHERE run_id = %s
     """,
     "run_data": "SELECT data FROM {s}.runs WHERE run_id = %s",
     "set_owner": _SET_OWNER,
@@ -112,12 +126,26 @@ _TEXT: Final = {
     # decides on that reading, and the ids it turned down are excluded next.
     "dispatchable": """
         SELECT r.run_id FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
-        WHERE r.workflow = ANY(%s) AND (r.status = 'queued' OR (r.status = 'running' AND (
+        WHERE r.workflow = ANY(%s) AND (r.workflow, COALESCE(r.version, '')) IN (
+            SELECT * FROM unnest(%s::text[], %s::text[]))
+        AND (r.status = 'queued' OR (r.status = 'running' AND (
             r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
             OR r.owner = ANY(%s)))) AND r.run_id <> ALL(%s)
         ORDER BY r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED
     """,
     "notify": "SELECT pg_notify(%s, '')",
+    # A worker's advertisement, replacing its earlier one; expired ones are swept.
+    "drop_workers": """
+        DELETE FROM {s}.workers WHERE owner = %s OR expires <= clock_timestamp()
+    """,
+    "advertise": """
+        INSERT INTO {s}.workers (owner, serves, expires)
+        VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s))
+    """,
+    "list_workers": """
+        SELECT owner, serves, expires FROM {s}.workers WHERE expires > clock_timestamp()
+        ORDER BY owner
+    """,
     # Appends. The run rows are locked in run_id order (no deadlock between
     # batches); the highest seqs are read by a later statement, whose
     # snapshot sees what the previous lock holders committed.
@@ -136,6 +164,9 @@ _TEXT: Final = {
     "insert_entry": "INSERT INTO {s}.entries (run_id, seq, ikey, data) VALUES (%s, %s, %s, %s)",
     "twin": "SELECT seq, data FROM {s}.entries WHERE run_id = %s AND ikey = %s",
     "load_entries": "SELECT seq, data FROM {s}.entries WHERE run_id = %s ORDER BY seq",
+    # A run's deletion: its journal, then its row (locked first, by lock_run).
+    "delete_entries": "DELETE FROM {s}.entries WHERE run_id = %s",
+    "delete_run": "DELETE FROM {s}.runs WHERE run_id = %s",
 }
 
 
@@ -174,12 +205,17 @@ class Statements:
         self.owned = q["owned"]
         self.dispatchable = q["dispatchable"]
         self.notify = q["notify"]
+        self.drop_workers = q["drop_workers"]
+        self.advertise = q["advertise"]
+        self.list_workers = q["list_workers"]
         self.lock_fences = q["lock_fences"]
         self.last_seqs = q["last_seqs"]
         self.insert_entries = q["insert_entries"]
         self.insert_entry = q["insert_entry"]
         self.twin = q["twin"]
         self.load_entries = q["load_entries"]
+        self.delete_entries = q["delete_entries"]
+        self.delete_run = q["delete_run"]
 
 
 def statements(schema: str) -> Statements:

@@ -23,17 +23,28 @@ from typing import Any, final
 import attrs
 
 from .._errors import CheckpointCorruptError, RunConflictError, RunNotFoundError, StoreError
-from ._leases import ClaimDecision, decide_cancel, decide_claim, fenced_update, renewal
+from ._leases import (
+    ClaimDecision,
+    check_delete,
+    decide_cancel,
+    decide_claim,
+    fenced_update,
+    renewal,
+)
 from ._postgres_sql import ADVISORY_LOCK_CLASS, SCHEMA_VERSION, Statements
 from ._protocol import (
     Entry,
     RecordDecodeError,
     Renewal,
     RunRecord,
+    Served,
+    WorkerAd,
     dumps_record,
+    dumps_served,
     first_gap,
     load_entry,
     load_run_record,
+    loads_served,
 )
 from ._queue import RunFilter, decide_dispatch, dispatchable
 
@@ -57,6 +68,7 @@ def _run_params(record: RunRecord) -> tuple[object, ...]:
         record.owner,
         record.token,
         record.cancel_requested,
+        record.version,
         record.run_id,
     )
 
@@ -210,12 +222,16 @@ class Tables:
         *,
         owner: str,
         ttl: float,
-        names: list[str],
+        served: frozenset[Served],
         dead: list[str],
         max_dispatches: int,
         attempt: str,
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run, recorded as *attempt*'s."""
+        names = sorted({name for name, _ in served})
+        # A version is never empty: '' stands for NULL (unversioned) in the pairs.
+        pair_names = [name for name, _ in served]
+        pair_versions = [version or "" for _, version in served]
         with conn.transaction():
             if retrying:
                 found = self._claimed_before(conn, owner, attempt)
@@ -223,11 +239,13 @@ class Tables:
                     return found
             passed: list[str] = []
             while True:
-                row = conn.execute(self.sql.dispatchable, (names, dead, passed)).fetchone()
+                row = conn.execute(
+                    self.sql.dispatchable, (names, pair_names, pair_versions, dead, passed)
+                ).fetchone()
                 if row is None:
                     return None
                 current = self.read_run(conn, row[0])
-                if current is None or not dispatchable(current, workflows=names, gone=dead):
+                if current is None or not dispatchable(current, workflows=served, gone=dead):
                     passed.append(row[0])
                     continue
                 decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
@@ -271,6 +289,44 @@ class Tables:
             self.notify(conn)
             return record
 
+    def advertise(self, conn: Any, owner: str, serves: frozenset[Served], ttl: float) -> None:
+        """Replace (or, with a zero *ttl*, drop) worker *owner*'s advertisement."""
+        with conn.transaction():
+            conn.execute(self.sql.drop_workers, (owner,))
+            if ttl:
+                conn.execute(self.sql.advertise, (owner, dumps_served(serves), ttl))
+
+    def list_workers(self, conn: Any) -> list[WorkerAd]:
+        """The advertisements live on the database's clock, by owner."""
+        ads = []
+        for owner, serves, expires in conn.execute(self.sql.list_workers).fetchall():
+            try:
+                if type(serves) is not str:
+                    raise RecordDecodeError("column serves is not text")
+                pairs = loads_served(serves)
+            except RecordDecodeError as exc:
+                raise CheckpointCorruptError(
+                    f"{self.where}, schema {self.schema!r}, table workers, owner {owner!r}: {exc}"
+                ) from None
+            ads.append(WorkerAd(owner=owner, serves=pairs, expires_at=_utc(expires)))
+        return ads
+
+    def delete_run(self, conn: Any, retrying: bool, run_id: str, attempted: list[bool]) -> bool:
+        """Delete the run's row and its journal in one transaction; notifies watchers.
+
+        *attempted* records that an attempt sent the delete, so that a retry
+        that finds no run knows the earlier attempt most likely deleted it.
+        """
+        with conn.transaction():
+            current, _ = self.lock_run(conn, run_id)
+            if not check_delete(current, run_id=run_id):
+                return retrying and bool(attempted)
+            attempted.append(True)
+            conn.execute(self.sql.delete_entries, (run_id,))
+            conn.execute(self.sql.delete_run, (run_id,))
+            self.notify(conn)
+            return True
+
     def notify(self, conn: Any) -> None:
         conn.execute(self.sql.notify, (self.channel,))
 
@@ -286,6 +342,9 @@ class Tables:
         if selected.workflow is not None:
             where.append(b"r.workflow = %s")
             args.append(selected.workflow)
+        if selected.version is not None:
+            where.append(b"r.version = %s")
+            args.append(selected.version)
         if selected.after is not None:
             where.append(b"r.id > %s")
         query = self.sql.list_runs

@@ -18,6 +18,10 @@ from typing import Any, Final, Protocol, TypeVar, final, runtime_checkable
 import attrs
 
 __all__ = (
+    "ADVERTISE_METHODS",
+    "AdvertisingStore",
+    "DELETE_METHODS",
+    "DeletableStore",
     "FORMAT_VERSION",
     "Entry",
     "EntryKind",
@@ -28,22 +32,28 @@ __all__ = (
     "RunRecord",
     "RunStatus",
     "STORE_METHODS",
+    "Served",
     "Store",
     "WORKER_METHODS",
     "WatchableStore",
+    "WorkerAd",
     "WorkerStore",
     "dumps_record",
+    "dumps_served",
     "entry_checksum",
     "first_gap",
     "loads_record",
+    "loads_served",
+    "served_from_json",
+    "served_to_json",
     "utcnow",
 )
 
 #: Version of the record format; stored with every run. Version 2 added the
 #: lease fields of run records and the fencing token and checksum of entries;
-#: version 3 the ``dispatches`` count of run records. Records and entries of
-#: older versions stay readable.
-FORMAT_VERSION = 3
+#: version 3 the ``dispatches`` count of run records; version 4 their workflow
+#: ``version``. Records and entries of older versions stay readable.
+FORMAT_VERSION = 4
 
 
 def utcnow() -> datetime:
@@ -72,6 +82,8 @@ class EntryKind(enum.StrEnum):
     STEP = "step"
     STREAM = "stream"
     RESPONSE = "response"
+    #: a ``tether.patched()`` marker: the run took the new path of a change
+    MARKER = "marker"
 
 
 class EntryStatus(enum.StrEnum):
@@ -117,10 +129,16 @@ class ErrorInfo:
 @final
 @attrs.frozen(kw_only=True)
 class Entry:
-    """One journal record: the outcome of one step, stream or response.
+    """One journal record: the outcome of one step, stream or response, or a patch marker.
 
     ``seq`` is assigned by the store on :meth:`Store.append` (per run,
     increasing); entries handed *to* ``append`` have ``seq=None``.
+
+    ``position`` is the call's index among the calls of its parent (the
+    workflow, a step or a branch), counted in program order when it is
+    called or started, like its key; replay matches calls by it too. Entries
+    of older formats have none (``None``: matched by key only); an entry
+    without one is stored in that older format, so its checksum is as before.
     """
 
     run_id: str
@@ -137,6 +155,8 @@ class Entry:
     #: lease); a store refuses an entry whose token is not the run's current one
     token: int = 0
     seq: int | None = None
+    #: the call's index among its parent's calls (``None``: an older entry format)
+    position: int | None = None
 
     def stored_as(self, seq: int) -> Entry:
         """A copy of this entry with its ``seq`` assigned (for stores)."""
@@ -154,11 +174,13 @@ class Entry:
             attempt=self.attempt,
             token=self.token,
             seq=seq,
+            position=self.position,
         )
 
     def _content(self) -> dict[str, Any]:
-        # Every field but seq (and the checksum derived from them all).
-        return {
+        # Every field but seq (and the checksum derived from them all);
+        # position only when there is one: without, the older format, as stored.
+        content: dict[str, Any] = {
             "run_id": self.run_id,
             "key": self.key,
             "kind": self.kind.value,
@@ -171,6 +193,9 @@ class Entry:
             "attempt": self.attempt,
             "token": self.token,
         }
+        if self.position is not None:
+            content["position"] = self.position
+        return content
 
     def to_json(self) -> dict[str, Any]:
         """This entry as a JSON-ready dict, with its :attr:`checksum` once stored."""
@@ -189,14 +214,17 @@ class Entry:
         stored checksum equal to the one of the decoded content.
 
         Entries of format version 1 (no ``token``, no ``checksum``) are read
-        with token 0 and no checksum to verify.
+        with token 0 and no checksum to verify; those of version 2 (no
+        ``position``) with position ``None``.
 
         Raises:
             RecordDecodeError: the data is not such an entry, or its content
                 does not match its checksum (it changed after it was stored).
         """
         legacy = isinstance(data, dict) and "checksum" not in data and "token" not in data
-        d = _exact_fields(data, _ENTRY_FIELDS_V1 if legacy else _ENTRY_FIELDS, "entry")
+        positioned = isinstance(data, dict) and "position" in data
+        fields = _ENTRY_FIELDS_V1 if legacy else _ENTRY_FIELDS_V3 if positioned else _ENTRY_FIELDS
+        d = _exact_fields(data, fields, "entry")
         seq = d["seq"]
         if seq is not None and (type(seq) is not int or seq < 1):
             raise RecordDecodeError(f"entry field 'seq' must be a positive integer, not {seq!r}")
@@ -209,6 +237,11 @@ class Entry:
         if type(token) is not int or token < 0:
             raise RecordDecodeError(
                 f"entry field 'token' must be a non-negative integer, not {token!r}"
+            )
+        position = d["position"] if positioned else None
+        if positioned and (type(position) is not int or position < 0):
+            raise RecordDecodeError(
+                f"entry field 'position' must be a non-negative integer, not {position!r}"
             )
         error = d["error"]
         entry = cls(
@@ -224,6 +257,7 @@ class Entry:
             attempt=attempt,
             token=token,
             seq=seq,
+            position=position,
         )
         if not legacy:
             checksum = d["checksum"]
@@ -309,6 +343,9 @@ class RunRecord:
     #: how many times workers claimed the run since it was submitted or
     #: last resumed by hand (``engine.resume``); see ``max_dispatches``
     dispatches: int = 0
+    #: the version of the workflow that started the run (``None``: unversioned,
+    #: and every run stored before format version 4)
+    version: str | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -330,6 +367,7 @@ class RunRecord:
             "token": self.token,
             "cancel_requested": self.cancel_requested,
             "dispatches": self.dispatches,
+            "version": self.version,
             "format_version": FORMAT_VERSION,
         }
 
@@ -361,6 +399,9 @@ class RunRecord:
                 f"run record field 'requests' must be a list of strings, not {requests!r:.200}"
             )
         error = d["error"]
+        workflow_version = _opt_str(d, "version", "run record") if "version" in d else None
+        if workflow_version == "":
+            raise RecordDecodeError("run record field 'version' must not be empty")
         return cls(
             run_id=_str(d, "run_id", "run record"),
             workflow=_str(d, "workflow", "run record"),
@@ -375,6 +416,7 @@ class RunRecord:
             token=token,
             cancel_requested=cancel,
             dispatches=dispatches,
+            version=workflow_version,
             format_version=version,
         )
 
@@ -388,6 +430,66 @@ class Renewal:
     lost: frozenset[str] = frozenset()
     #: held runs with a recorded cancel (``engine.cancel`` from anywhere)
     cancelled: frozenset[str] = frozenset()
+
+
+#: A workflow as workers serve it: ``(name, version)``, the version ``None`` when unversioned.
+Served = tuple[str, str | None]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class WorkerAd:
+    """A worker's advertisement: the workflows it serves, while it lives.
+
+    Written by :meth:`AdvertisingStore.advertise` when a worker starts and
+    renewed while it runs; read back by :meth:`AdvertisingStore.list_workers`
+    to find the runs no live worker serves (``tether runs list --stranded``).
+    """
+
+    owner: str  #: the worker's engine, ``host:pid:engine-id``
+    serves: frozenset[Served]  #: the ``(workflow, version)`` pairs it claims runs of
+    expires_at: datetime  #: when the advertisement lapses unless renewed (store's clock)
+
+
+def served_to_json(serves: Collection[Served]) -> list[list[str | None]]:
+    """A :attr:`WorkerAd.serves` set as JSON-ready ``[workflow, version]`` pairs, sorted."""
+    pairs = sorted(serves, key=lambda p: (p[0], p[1] is not None, p[1] or ""))
+    return [[name, version] for name, version in pairs]
+
+
+def served_from_json(data: object) -> frozenset[Served]:
+    """Decode what :func:`served_to_json` made, strictly.
+
+    Raises:
+        RecordDecodeError: anything else.
+    """
+    if not isinstance(data, list) or not all(
+        isinstance(p, list)
+        and len(p) == 2
+        and type(p[0]) is str
+        and p[0]
+        and (p[1] is None or (type(p[1]) is str and p[1]))
+        for p in data
+    ):
+        raise RecordDecodeError(
+            f"a worker's served workflows must be [workflow, version] pairs, not {data!r:.200}"
+        )
+    return frozenset((p[0], p[1]) for p in data)
+
+
+def dumps_served(serves: Collection[Served]) -> str:
+    """The JSON text stores keep for a :attr:`WorkerAd.serves` set."""
+    return json.dumps(served_to_json(serves), ensure_ascii=False, separators=(",", ":"))
+
+
+def loads_served(text: str | bytes) -> frozenset[Served]:
+    """Decode what :func:`dumps_served` made, strictly (see :func:`loads_record`).
+
+    Raises:
+        RecordDecodeError: anything else.
+    """
+    result: frozenset[Served] = loads_record(text, served_from_json)
+    return result
 
 
 # -- strict record decoding, shared by the stores that persist JSON ------------------------
@@ -406,6 +508,7 @@ _ENTRY_FIELDS_V1 = (
     "attempt",
 )
 _ENTRY_FIELDS = (*_ENTRY_FIELDS_V1, "token", "checksum")
+_ENTRY_FIELDS_V3 = (*_ENTRY_FIELDS, "position")  # with the call's position
 _RUN_FIELDS_V1 = (
     "run_id",
     "workflow",
@@ -419,10 +522,12 @@ _RUN_FIELDS_V1 = (
     "format_version",
 )
 _RUN_FIELDS_V2 = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
+_RUN_FIELDS_V3 = (*_RUN_FIELDS_V2, "dispatches")
 _RUN_FIELDS_BY_VERSION: Final = {
     1: _RUN_FIELDS_V1,
     2: _RUN_FIELDS_V2,
-    3: (*_RUN_FIELDS_V2, "dispatches"),
+    3: _RUN_FIELDS_V3,
+    4: (*_RUN_FIELDS_V3, "version"),
 }
 
 E = TypeVar("E", bound=enum.Enum)
@@ -695,6 +800,7 @@ class Store(Protocol):
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records, oldest first (in creation order), filtered and paged.
 
@@ -704,6 +810,9 @@ class Store(Protocol):
             after: a run id: only runs created after it (keyset pagination:
                 pass the last id of the previous page).
             limit: at most this many records.
+            version: only runs started under this workflow version. (The
+                engine passes it only when asked to, so a store written
+                before versions existed still lists runs.)
 
         Validate the arguments with :func:`check_run_filter
         <tether.stores.check_run_filter>`; stores that scan their records
@@ -760,11 +869,17 @@ class WorkerStore(Store, Protocol):
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
         """A worker's claim: take the lease of the oldest dispatchable run, in one atomic step.
+
+        *workflows* are the ``(name, version)`` pairs the worker serves (a
+        plain name stands for ``(name, None)``, the unversioned workflow;
+        :func:`check_served <tether.stores.check_served>` validates them). A
+        run matches only its own pair: a worker serving version ``"2"``
+        never takes a version ``"1"`` run.
 
         Dispatchable (:func:`dispatchable
         <tether.stores.dispatchable>`): a run of one of *workflows* that is
@@ -788,6 +903,78 @@ class WorkerStore(Store, Protocol):
 
 #: Methods a store needs to serve workers (``tether.open_worker``), beyond :data:`STORE_METHODS`.
 WORKER_METHODS: Final = ("claim_next",)
+
+
+@runtime_checkable
+class AdvertisingStore(Protocol):
+    """A store where workers say what they serve, so stranded runs can be found (optional).
+
+    ``open_worker`` advertises through it when the store has these methods,
+    and ``engine.list_runs(stranded=True)`` (``tether runs list --stranded``)
+    needs them; the built-in stores all have them. Advertisements are kept
+    apart from leases: renewing one never extends the other.
+    """
+
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        """Record that worker *owner* serves *serves* until now + *ttl* (store's clock).
+
+        One write, replacing what *owner* advertised before; ``ttl=0``
+        withdraws the advertisement. Idempotent. A store may drop expired
+        advertisements here.
+
+        Raises:
+            UsageError: an invalid owner, ttl, or pair.
+        """
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        """The advertisements that have not expired on the store's clock, by owner.
+
+        Raises:
+            CheckpointCorruptError: a stored advertisement cannot be read.
+        """
+
+
+#: Methods of :class:`AdvertisingStore`: what finding stranded runs needs.
+ADVERTISE_METHODS: Final = ("advertise", "list_workers")
+
+
+@runtime_checkable
+class DeletableStore(Protocol):
+    """A store that can delete a run with its journal (optional).
+
+    Retention (``tether runs prune``) needs it; the engine never calls it,
+    so a store without it works everywhere else. The built-in stores all
+    have it; :func:`tether.testing.check_store` checks it when present.
+    """
+
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run record and its whole journal, in one atomic step.
+
+        Atomic for every reader, in every process: a read sees the whole run
+        or no run (never a record without its journal, never a journal with
+        a gap), also after a crash in the middle of the delete. A deleted id
+        reads as unknown (``get_run`` returns ``None``, ``load_entries`` an
+        empty journal), is gone from ``list_runs``, and can be created again,
+        fresh (token 1, an empty journal), by ``create_run`` or ``claim``.
+        Whatever the status: choosing which runs may go is the caller's
+        (``runs prune`` deletes finished ones).
+
+        Decide with :func:`check_delete <tether.stores.check_delete>` on the
+        record read in the same atomic step. Cancelled, it deleted the run
+        whole or not at all (a retry is safe).
+
+        Returns:
+            ``True`` when the run was deleted, ``False`` when no run has this
+            id (nothing changes).
+
+        Raises:
+            RunConflictError: an owner holds a live lease on the run (it is
+                executing); nothing was deleted.
+        """
+
+
+#: Methods of :class:`DeletableStore`: what deleting runs needs.
+DELETE_METHODS: Final = ("delete_run",)
 
 
 @runtime_checkable

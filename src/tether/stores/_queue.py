@@ -7,7 +7,11 @@ these pure functions, and writes what it returns in that same step:
   :class:`RunFilter`, whose :meth:`~RunFilter.page` serves stores that scan
   their records in creation order (stores with indexes query instead, with
   the same meaning);
-- :func:`dispatchable` says which runs a worker's ``claim_next`` may take;
+- :func:`check_served` validates the ``(workflow, version)`` pairs a worker
+  serves; :func:`serves` says whether a run is one of them (a run matches
+  only its own version);
+- :func:`dispatchable` says which runs a worker's ``claim_next`` may take,
+  and :func:`stranded` which waiting runs no live worker serves;
 - :func:`decide_dispatch` what taking one writes: the claim, or, for a run
   with a recorded cancel or one that keeps killing its workers, its final
   ``cancelled`` or ``dead_letter`` record.
@@ -24,7 +28,7 @@ import attrs
 
 from .._errors import RunNotFoundError, UsageError
 from ._leases import cancelled_record
-from ._protocol import ErrorInfo, RunRecord, RunStatus, utcnow
+from ._protocol import ErrorInfo, RunRecord, RunStatus, Served, utcnow
 
 __all__ = (
     "DEAD_LETTER_ERROR",
@@ -32,8 +36,12 @@ __all__ = (
     "RunFilter",
     "check_max_dispatches",
     "check_run_filter",
+    "check_served",
     "decide_dispatch",
     "dispatchable",
+    "serves",
+    "stranded",
+    "waiting",
 )
 
 #: ``ErrorInfo.type`` of a run set aside as ``dead_letter``.
@@ -51,11 +59,14 @@ class RunFilter:
     workflow: str | None = None
     after: str | None = None
     limit: int | None = None
+    version: str | None = None
 
     def matches(self, record: RunRecord) -> bool:
-        """Whether *record* passes the status and workflow filters."""
-        return (self.status is None or record.status in self.status) and (
-            self.workflow is None or record.workflow == self.workflow
+        """Whether *record* passes the status, workflow and version filters."""
+        return (
+            (self.status is None or record.status in self.status)
+            and (self.workflow is None or record.workflow == self.workflow)
+            and (self.version is None or record.version == self.version)
         )
 
     def page(self, records: Iterable[RunRecord]) -> list[RunRecord]:
@@ -88,12 +99,13 @@ def check_run_filter(
     workflow: str | None = None,
     after: str | None = None,
     limit: int | None = None,
+    version: str | None = None,
 ) -> RunFilter:
     """``list_runs``'s arguments, validated (one status or several).
 
     Raises:
-        UsageError: an unknown status, a non-string workflow or run id, or
-            a limit that is not a non-negative integer.
+        UsageError: an unknown status, a non-string workflow, version or
+            run id, or a limit that is not a non-negative integer.
     """
     statuses: frozenset[RunStatus] | None = None
     if status is not None:
@@ -105,30 +117,92 @@ def check_run_filter(
             raise UsageError(f"status must be among {known}, not {status!r}") from None
     if workflow is not None and (not isinstance(workflow, str) or not workflow):
         raise UsageError(f"workflow must be a workflow name, not {workflow!r}")
+    if version is not None and (not isinstance(version, str) or not version):
+        raise UsageError(f"version must be a workflow version, not {version!r}")
     if after is not None and (not isinstance(after, str) or not after):
         raise UsageError(f"after must be a run id, not {after!r}")
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= _MAX_LIMIT
     ):
         raise UsageError(f"limit must be an integer from 0 to {_MAX_LIMIT}, not {limit!r}")
-    return RunFilter(status=statuses, workflow=workflow, after=after, limit=limit)
+    return RunFilter(status=statuses, workflow=workflow, after=after, limit=limit, version=version)
 
 
-def dispatchable(record: RunRecord, *, workflows: Collection[str], gone: Collection[str]) -> bool:
-    """Whether a worker's ``claim_next`` may take *record* (read in the atomic step).
+def check_served(workflows: object) -> frozenset[Served]:
+    """The ``(workflow, version)`` pairs of a ``claim_next`` or an advertisement, validated.
 
-    A run of one of *workflows* that is ``queued``, or ``running`` without a
-    live lease: released, its owner's lease expired (``lease_expires_at``
-    unset), or its owner among *gone* (known dead). Never a paused, failed,
-    completed, cancelled or dead-letter run: those need ``resume``.
+    A plain name stands for ``(name, None)``: the unversioned workflow (what
+    every run was before versions existed).
+
+    Raises:
+        UsageError: not a collection of names and pairs of a non-empty name
+            and a non-empty version or ``None``.
     """
-    if record.workflow not in workflows:
-        return False
+    if isinstance(workflows, str | bytes) or not isinstance(workflows, Collection):
+        raise UsageError(
+            f"workflows must be a collection of (name, version) pairs, not {workflows!r:.100}"
+        )
+    pairs: set[Served] = set()
+    for item in workflows:
+        pair = (item, None) if isinstance(item, str) else item
+        if not (
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and pair[0]
+            and (pair[1] is None or (isinstance(pair[1], str) and pair[1]))
+        ):
+            raise UsageError(
+                "a served workflow is a name or a (name, version) pair with a non-empty "
+                f"name and a non-empty version or None, not {item!r:.100}"
+            )
+        pairs.add(pair)
+    return frozenset(pairs)
+
+
+def serves(workflows: Collection[Served | str], record: RunRecord) -> bool:
+    """Whether *record*'s workflow and version are among *workflows*.
+
+    A run matches only its own ``(workflow, version)``; a plain name in
+    *workflows* matches the unversioned runs of that name.
+    """
+    return (record.workflow, record.version) in workflows or (
+        record.version is None and record.workflow in workflows
+    )
+
+
+def waiting(record: RunRecord, *, gone: Collection[str]) -> bool:
+    """Whether *record* waits for a worker: ``queued``, or ``running`` without a live lease.
+
+    Released, its owner's lease expired (``lease_expires_at`` unset), or its
+    owner among *gone* (known dead). Never a paused, failed, completed,
+    cancelled or dead-letter run: those need ``resume``.
+    """
     if record.status is RunStatus.QUEUED:
         return True
     return record.status is RunStatus.RUNNING and (
         record.owner is None or record.lease_expires_at is None or record.owner in gone
     )
+
+
+def dispatchable(
+    record: RunRecord, *, workflows: Collection[Served | str], gone: Collection[str]
+) -> bool:
+    """Whether a worker's ``claim_next`` may take *record* (read in the atomic step).
+
+    A run that :func:`waiting` says waits for a worker, whose workflow and
+    version are among *workflows* (:func:`serves`).
+    """
+    return serves(workflows, record) and waiting(record, gone=gone)
+
+
+def stranded(record: RunRecord, *, served: Collection[Served | str], gone: Collection[str]) -> bool:
+    """Whether *record* waits for a worker that no live worker is: a stranded run.
+
+    *served* is every pair some live worker advertises (empty when no
+    worker lives: then every waiting run is stranded).
+    """
+    return waiting(record, gone=gone) and not serves(served, record)
 
 
 @attrs.frozen

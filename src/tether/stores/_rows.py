@@ -84,6 +84,7 @@ def encode_entry(entry: Entry) -> tuple[str, str]:
     e = entry
     error = e.error
     value = e.value
+    position = e.position
     if not (
         type(e.key) is str
         and type(e.run_id) is str
@@ -95,6 +96,7 @@ def encode_entry(entry: Entry) -> tuple[str, str]:
         and type(e.started_at) is datetime
         and type(e.finished_at) is datetime
         and (value is None or type(value) is str)
+        and (position is None or type(position) is int)
         and (
             error is None
             or (
@@ -122,15 +124,18 @@ def encode_entry(entry: Entry) -> tuple[str, str]:
         ekey = "null" if error.key is None else _string(error.key)
         err = f'{{"type":{etype},"message":{emessage},"key":{ekey}}}'
         sorted_err = f'{{"key":{ekey},"message":{emessage},"type":{etype}}}'
+    # An entry without a position is written in the older format, without the field.
+    place = "" if position is None else f',"position":{int.__repr__(position)}'
     ikey_text = (
         f'{{"args_digest":{digest},"attempt":{attempt},"error":{sorted_err},'
-        f'"finished_at":{finished},"key":{key},"kind":{kind},"run_id":{_string(e.run_id)},'
+        f'"finished_at":{finished},"key":{key},"kind":{kind}{place},'
+        f'"run_id":{_string(e.run_id)},'
         f'"started_at":{started},"status":{status},"token":{token},"value":{text}}}'
     )
     tail = (
         f',"key":{key},"kind":{kind},"status":{status},"value":{text},"error":{err},'
         f'"args_digest":{digest},"started_at":{started},"finished_at":{finished},'
-        f'"attempt":{attempt},"token":{token}'
+        f'"attempt":{attempt},"token":{token}{place}'
     )
     return hashlib.sha256(ikey_text.encode("utf-8")).hexdigest(), tail
 

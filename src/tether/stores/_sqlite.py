@@ -1,19 +1,23 @@
 """A durable store in one SQLite file: one writer thread, group commit.
 
-Layout (schema version 3, kept in ``PRAGMA user_version``)::
+Layout (schema version 4, kept in ``PRAGMA user_version``)::
 
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
          run_id TEXT NOT NULL UNIQUE,
          data TEXT NOT NULL,                       -- RunRecord.to_json(), JSON text
          owner TEXT, token INTEGER, cancel INTEGER,  -- copies of data's lease fields
-         status TEXT, workflow TEXT)               -- copies for listing and workers,
+         status TEXT, workflow TEXT,               -- copies for listing and workers,
                                                    -- indexed with id
+         version TEXT)                             -- copy of the workflow version
     entries(run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             ikey TEXT NOT NULL,                    -- Entry.idempotency_key
             data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
             PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
     owners(owner TEXT PRIMARY KEY,                 -- one row per lease holder:
            expires REAL NOT NULL)                  -- its leases' expiry, Unix time
+    workers(owner TEXT PRIMARY KEY,                -- one row per live worker:
+            serves TEXT NOT NULL,                  -- its (workflow, version) pairs, JSON
+            expires REAL NOT NULL)                 -- until when, Unix time
 
 A lease is per owner, not per run: renewing every run an engine holds is one
 row's update. The lease columns of ``runs`` mirror the JSON so that fencing
@@ -28,6 +32,23 @@ queued while its statements run, a few times over) and commits it in one
 ``BEGIN IMMEDIATE ... COMMIT`` (group commit), then wakes every waiter with
 one callback into their Trio run. Reads run in Trio worker threads on
 separate read connections (WAL lets them proceed while the writer commits).
+
+What the hand-off costs, and why it stays: a lone save pays two thread
+wake-ups over its commit, one to wake the writer (a ``queue.SimpleQueue``
+put: one futex wake) and one to wake the Trio run (``run_sync_soon``, whose
+callback reschedules the waiting task directly, no event). Measured with a
+no-op job, that round trip is about 20 us when both threads share a CPU and
+80-100 us when the writer has to be woken on another, idle one (a virtual
+machine's CPU wakes slowly); ``trio.to_thread.run_sync`` costs more (40 and
+110 us: its thread cache and limiter), and a pipe or a socket pair in place
+of the queue measured no better, so no cheaper primitive is left to pick. A
+writer that spins instead of sleeping would fight the event loop for the GIL
+(every poll takes it). Only a commit in the event loop's own thread avoids
+both wake-ups, and it would stop every task of the process for each fsync,
+and for another process's write lock up to ``busy_timeout``: a Trio library
+must not block its loop, so the fsync stays in a thread
+(``benchmarks/store_throughput.py`` prints that floor, the same bare commit
+through the same hand-off, beside a step).
 
 An append is encoded (its JSON and idempotency key, :mod:`._sqlite_rows`) by
 the caller before it is queued; the writer only numbers its rows. A batch costs a few statements
@@ -67,6 +88,7 @@ from .._errors import (
 from ._leases import (
     ClaimDecision,
     check_append,
+    check_delete,
     check_owner,
     check_ttl,
     decide_cancel,
@@ -80,12 +102,22 @@ from ._protocol import (
     Renewal,
     RunRecord,
     RunStatus,
+    Served,
+    WorkerAd,
     dumps_record,
+    dumps_served,
     first_gap,
     load_entry,
     load_run_record,
+    loads_served,
 )
-from ._queue import check_max_dispatches, check_run_filter, decide_dispatch, dispatchable
+from ._queue import (
+    check_max_dispatches,
+    check_run_filter,
+    check_served,
+    decide_dispatch,
+    dispatchable,
+)
 from ._sqlite_rows import Appending, encode_append, insert_entries, row_data
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
@@ -93,7 +125,7 @@ __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 T = TypeVar("T")
 
 #: The schema version this tether writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -129,10 +161,18 @@ UPDATE runs SET status = json_extract(data, '$.status'), workflow = json_extract
 CREATE INDEX runs_status ON runs (status, id);
 CREATE INDEX runs_workflow ON runs (workflow, id);
 """
+# Version 3 -> 4: the workflow version column (older records have none: NULL is
+# right), and workers' advertisements, kept apart from leases. No index for the
+# version: a workflow has few versions, and the (workflow, id) index narrows to it.
+_MIGRATE_4 = """
+ALTER TABLE runs ADD COLUMN version TEXT;
+CREATE TABLE workers (owner TEXT PRIMARY KEY, serves TEXT NOT NULL, expires REAL NOT NULL);
+"""
 _MIGRATIONS: Final = {
-    0: _SCHEMA + _MIGRATE_2 + _MIGRATE_3,
-    1: _MIGRATE_2 + _MIGRATE_3,
-    2: _MIGRATE_3,
+    0: _SCHEMA + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
+    1: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
+    2: _MIGRATE_3 + _MIGRATE_4,
+    3: _MIGRATE_4,
 }
 
 _INSERT_ENTRY = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
@@ -146,17 +186,19 @@ _SELECT_RUN = """
 SELECT r.id, r.run_id, r.data, o.expires FROM runs r LEFT JOIN owners o ON o.owner = r.owner
 """
 _PUT_RUN = """
-UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?
+UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?, version = ?
 WHERE run_id = ?
 """
 _INSERT_RUN = """
-INSERT INTO runs (data, owner, token, cancel, status, workflow, run_id) VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO runs (data, owner, token, cancel, status, workflow, version, run_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
 # Candidates for a worker's claim, oldest first (see dispatchable(), which decides).
 _DISPATCHABLE = (
     _SELECT_RUN
     + """
-WHERE r.workflow IN ({workflows}) AND (r.status = 'queued' OR (r.status = 'running' AND (
+WHERE r.workflow IN ({workflows}) AND (r.workflow, COALESCE(r.version, '')) IN (VALUES {pairs})
+AND (r.status = 'queued' OR (r.status = 'running' AND (
     r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone}))))
 ORDER BY r.id LIMIT 32
 """
@@ -181,7 +223,8 @@ class _Job:
     token: trio.lowlevel.TrioToken
     appending: Appending | None = None
     urgent: bool = False  # a lease renewal: committed ahead of a batch of other writes
-    done: trio.Event = attrs.field(factory=trio.Event)
+    #: the task waiting for the job (``None`` once its wait ended): touched in its Trio thread
+    waiter: trio.lowlevel.Task | None = None
     state: int = _PENDING  # guarded by the store's lock
     result: Any = None
     error: BaseException | None = None
@@ -207,6 +250,7 @@ def _run_row(record: RunRecord) -> tuple[object, ...]:
         record.cancel_requested,
         record.status.value,
         record.workflow,
+        record.version,
         record.run_id,
     )
 
@@ -216,8 +260,12 @@ def _time_of(unix: float) -> datetime:
 
 
 def _wake(jobs: list[_Job]) -> None:
+    """Reschedule the tasks still waiting for *jobs* (in their Trio thread)."""
     for job in jobs:
-        job.done.set()
+        waiter = job.waiter
+        if waiter is not None:
+            job.waiter = None
+            trio.lowlevel.reschedule(waiter)
 
 
 @final
@@ -475,12 +523,33 @@ class SQLiteStore:
         result: RunRecord = await self._write(write, f"cancelling run {run_id!r}")
         return result
 
+    async def delete_run(self, run_id: str) -> bool:
+        """Delete the run's row and its journal's rows, in one transaction of the writer.
+
+        Readers see the run whole or not at all (each read is one snapshot).
+        A queued write; see the class doc on cancellation.
+
+        Raises:
+            RunConflictError: an owner holds a live lease on the run.
+            StoreError: SQLite failed.
+        """
+
+        def write(conn: sqlite3.Connection) -> bool:
+            if not check_delete(self._select_run(conn, run_id, time.time()), run_id=run_id):
+                return False
+            conn.execute("DELETE FROM entries WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            return True
+
+        deleted: bool = await self._write(write, f"deleting run {run_id!r}")
+        return deleted
+
     async def claim_next(
         self,
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
@@ -492,23 +561,28 @@ class SQLiteStore:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
-        names, dead = sorted(set(workflows)), sorted(set(gone))
+        served, dead = check_served(workflows), sorted(set(gone))
+        names = sorted({name for name, _ in served})
         if not names:
             await trio.lowlevel.checkpoint()
             return None
+        # A version is never empty: '' stands for NULL (unversioned) in the pairs.
+        pairs = [v for name, version in sorted(served, key=str) for v in (name, version or "")]
         query = _DISPATCHABLE.format(
-            workflows=", ".join("?" * len(names)), gone=", ".join("?" * len(dead))
+            workflows=", ".join("?" * len(names)),
+            pairs=", ".join(["(?, ?)"] * len(served)),
+            gone=", ".join("?" * len(dead)),
         )
 
         def write(conn: sqlite3.Connection) -> RunRecord | None:
             while True:
                 now = time.time()
-                rows = conn.execute(query, (*names, now, *dead)).fetchall()
+                rows = conn.execute(query, (*names, *pairs, now, *dead)).fetchall()
                 if not rows:
                     return None
                 for row in rows:
                     current = self._decode_run(row, now)
-                    if not dispatchable(current, workflows=names, gone=dead):
+                    if not dispatchable(current, workflows=served, gone=dead):
                         continue
                     decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
                     self._put_run(conn, decision.store)
@@ -517,6 +591,58 @@ class SQLiteStore:
                         return attrs.evolve(decision.store, lease_expires_at=_time_of(now + ttl))
 
         result: RunRecord | None = await self._write(write, "claiming a queued run")
+        return result
+
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        """Write worker *owner*'s row of ``workers`` (``ttl=0``: delete it); one transaction.
+
+        Expired rows of other workers are deleted in the same transaction.
+
+        Raises:
+            StoreError: SQLite failed.
+        """
+        check_owner(owner)
+        ttl = check_ttl(ttl)
+        text = dumps_served(check_served(serves))
+
+        def write(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            conn.execute("DELETE FROM workers WHERE expires <= ? OR owner = ?", (now, owner))
+            if ttl:
+                conn.execute("INSERT INTO workers VALUES (?, ?, ?)", (owner, text, now + ttl))
+
+        await self._write(write, f"advertising worker {owner}")
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        """The live rows of ``workers``, by owner. A checkpoint; runs in a worker thread.
+
+        Raises:
+            CheckpointCorruptError: a row does not decode.
+            StoreError: SQLite failed.
+        """
+
+        def read(conn: sqlite3.Connection) -> list[WorkerAd]:
+            rows = conn.execute(
+                "SELECT rowid, owner, serves, expires FROM workers WHERE expires > ? "
+                "ORDER BY owner",
+                (time.time(),),
+            ).fetchall()
+            ads = []
+            for rowid, owner, serves, expires in rows:
+                try:
+                    if type(owner) is not str or type(serves) is not str:
+                        raise RecordDecodeError("its owner or serves column is not text")
+                    if type(expires) not in (float, int):
+                        raise RecordDecodeError("its expires column is not a number")
+                    pairs = loads_served(serves)
+                except RecordDecodeError as exc:
+                    raise CheckpointCorruptError(
+                        f"{self.path}, table workers, rowid {rowid}: {exc}"
+                    ) from None
+                ads.append(WorkerAd(owner=owner, serves=pairs, expires_at=_time_of(expires)))
+            return ads
+
+        result: list[WorkerAd] = await self._read(read, "listing workers")
         return result
 
     def _insert_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
@@ -576,6 +702,7 @@ class SQLiteStore:
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records in creation order, filtered (indexed queries; see :meth:`Store.list_runs`).
 
@@ -587,7 +714,7 @@ class SQLiteStore:
             CheckpointCorruptError: a selected row does not decode (none is skipped).
             StoreError: SQLite failed.
         """
-        selected = check_run_filter(status, workflow, after, limit)
+        selected = check_run_filter(status, workflow, after, limit, version)
         where: list[str] = []
         params: list[object] = []
         if selected.status is not None:
@@ -596,6 +723,9 @@ class SQLiteStore:
         if selected.workflow is not None:
             where.append("r.workflow = ?")
             params.append(selected.workflow)
+        if selected.version is not None:
+            where.append("r.version = ?")
+            params.append(selected.version)
         if selected.after is not None:
             where.append("r.id > (SELECT id FROM runs WHERE run_id = ?)")
             params.append(selected.after)
@@ -819,14 +949,19 @@ class SQLiteStore:
             await trio.lowlevel.checkpoint()
             raise UsageError(f"{what}: {self!r} is not open")
         job = _Job(fn, trio.lowlevel.current_trio_token(), appending, urgent)
-        self._queue.put(job)
-        try:
-            await job.done.wait()
-        except BaseException:
+        job.waiter = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            # Cancelled: the wait ends now, whatever the writer does with the job.
+            job.waiter = None
             with self._lock:
                 if job.state == _PENDING:
                     job.state = _WITHDRAWN  # the writer will skip it: not stored
-            raise
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        self._queue.put(job)
+        # The cheapest wait there is: the writer's callback reschedules this task.
+        await trio.lowlevel.wait_task_rescheduled(abort)
         if job.error is not None:
             error, job.error = job.error, None
             if isinstance(error, sqlite3.Error):

@@ -14,6 +14,7 @@
   automatically: store and engine fixtures, seeded tests, the explorer.
 """
 
+from .._clock import TrioWallClock as TrioWallClock
 from ._clock import ClockHoldingStore as ClockHoldingStore
 from ._conformance import CHECKS as CHECKS
 from ._conformance import ConformanceResult as ConformanceResult
@@ -74,6 +75,7 @@ __all__ = (
     "Reopener",
     "ScheduleTrace",
     "SimulatedCrash",
+    "TrioWallClock",
     "StoreConformanceError",
     "StoreFactory",
     "Tamperer",

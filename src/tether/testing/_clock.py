@@ -10,7 +10,16 @@ import trio
 import trio.testing
 
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Entry, Renewal, RunRecord, Store, WorkerStore
+from ..stores._protocol import (
+    AdvertisingStore,
+    Entry,
+    Renewal,
+    RunRecord,
+    Served,
+    Store,
+    WorkerAd,
+    WorkerStore,
+)
 
 __all__ = ("ClockHoldingStore", "hold_clock")
 
@@ -124,7 +133,7 @@ class ClockHoldingStore:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
@@ -138,6 +147,13 @@ class ClockHoldingStore:
             gone=gone,
         )
         return result
+
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        advertise = cast(AdvertisingStore, self.inner).advertise
+        await self._held(advertise, owner, serves=serves, ttl=ttl)
+
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        return await self._held(cast(AdvertisingStore, self.inner).list_workers)
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The wrapped store's ``watch``, if it has one; never holds the clock (it never ends)."""

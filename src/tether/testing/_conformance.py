@@ -37,6 +37,7 @@ from ._conformance_base import (
     _same,
     _Skip,
 )
+from ._conformance_delete import DELETE_CHECKS
 from ._conformance_leases import LEASE_CHECKS
 from ._conformance_queue import QUEUE_CHECKS
 
@@ -376,6 +377,7 @@ CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
     "reopen": check_reopen,
     **LEASE_CHECKS,
     **QUEUE_CHECKS,
+    **DELETE_CHECKS,
 }
 
 
@@ -411,8 +413,10 @@ async def check_store(
     The lease checks (``claim_*``, ``fencing``, ``renewal``, ``cancel``) wait
     for short leases (0.3 s) to expire, on Trio's clock and the wall clock.
     The queue checks (``claim_next_*``) are skipped for a store without
-    ``claim_next`` (it serves no workers), ``watch`` for one without
-    ``watch``.
+    ``claim_next`` (it serves no workers), ``advertise`` for one without
+    ``advertise`` and ``list_workers`` (it cannot tell stranded runs),
+    ``watch`` for one without ``watch``, ``delete_run`` for one without ``delete_run`` (it cannot
+    delete runs, so ``tether runs prune`` refuses it).
 
     Returns:
         Which checks passed and which were skipped (a missing hook).

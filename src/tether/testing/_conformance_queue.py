@@ -4,9 +4,11 @@
 pagination. The ``claim_next_*`` checks hold a store that serves workers
 (one with ``claim_next``) to the dispatch rules: what is dispatchable, in
 which order, that two claims never take one run, and that a cancelled run or
-one that keeps killing its workers is set aside rather than claimed. A store
-without ``claim_next`` skips them (it serves no workers). ``watch`` checks a
-store that announces changes.
+one that keeps killing its workers is set aside rather than claimed, and that
+a worker takes only runs of the workflow versions it serves. A store without
+``claim_next`` skips them (it serves no workers). ``advertise`` checks a
+store that keeps workers' advertisements, ``watch`` one that announces
+changes.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import cast
 import trio
 
 from .._errors import LeaseLostError, RunNotFoundError, UsageError
-from ..stores._protocol import RunRecord, RunStatus, Store, WorkerStore
+from ..stores._protocol import AdvertisingStore, RunRecord, RunStatus, Served, Store, WorkerStore
 from ..stores._queue import DEAD_LETTER_ERROR
 from ._conformance_base import _Ctx, _Opened, _Skip
-from ._conformance_leases import _LONG, _SHORT, A, B, _expire, _refused
+from ._conformance_leases import _LONG, _SHORT, A, B, C, _expire, _refused
 
 __all__ = ("QUEUE_CHECKS",)
 
@@ -189,6 +191,88 @@ async def check_claim_next_dead_letter(ctx: _Ctx) -> None:
         )
 
 
+async def check_claim_next_versions(ctx: _Ctx) -> None:
+    """A run's workflow version is stored, listed by, and claimed only by a worker serving
+    exactly that (workflow, version); a plain name stands for the unversioned workflow."""
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_workers(opened)
+        await _queued(store, ctx, "v1", version="1")
+        await _queued(store, ctx, "none")
+        await _queued(store, ctx, "v2", version="2")
+        await _queued(store, ctx, "other-v2", workflow="refund", version="2")
+        stored = await store.get_run("v1")
+        assert stored is not None and stored.version == "1", f"stored {stored!r}"
+        listed = [r.run_id for r in await store.list_runs(version="2")]
+        assert listed == ["v2", "other-v2"], f"list_runs(version='2') returned {listed}"
+        listed = [r.run_id for r in await store.list_runs(workflow="checkout", version="2")]
+        assert listed == ["v2"], f"list_runs(workflow=, version=) returned {listed}"
+        cases: list[tuple[list[Served | str], str]] = [
+            ([("checkout", "2")], "v2"),
+            (["checkout"], "none"),
+            ([("checkout", "1"), ("refund", "2")], "v1"),
+            ([("refund", "2")], "other-v2"),
+        ]
+        for workflows, expected in cases:
+            got = await store.claim_next(A, ttl=_LONG, workflows=workflows, max_dispatches=3)
+            assert got is not None and got.run_id == expected, (
+                f"claim_next(workflows={workflows}) returned {got!r}, expected run {expected!r}"
+            )
+            assert got.version == (None if expected == "none" else expected[-1]), (
+                f"the claimed run lost its version: {got!r}"
+            )
+        taken: list[list[Served | str]] = [[("checkout", "2")], [("checkout", "3")], ["checkout"]]
+        for workflows in taken:
+            none = await store.claim_next(B, ttl=_LONG, workflows=workflows, max_dispatches=3)
+            assert none is None, f"claim_next(workflows={workflows}) took {none!r}"
+        await _refused(
+            "claim_next with an empty version",
+            UsageError,
+            lambda: store.claim_next(B, ttl=_LONG, workflows=[("checkout", "")], max_dispatches=3),
+        )
+
+
+def _serves_ads(store: Store) -> AdvertisingStore:
+    if not all(callable(getattr(store, m, None)) for m in ("advertise", "list_workers")):
+        raise _Skip("the store has no advertise/list_workers (it cannot tell stranded runs)")
+    return cast(AdvertisingStore, store)
+
+
+async def check_advertise(ctx: _Ctx) -> None:
+    """Workers' advertisements are stored, replaced, expire on the store's clock, and are
+    withdrawn with ttl=0; leases are unaffected."""
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_ads(opened)
+        assert list(await store.list_workers()) == [], "list_workers() of a new store"
+        await store.advertise(A, serves=[("checkout", "2"), ("refund", None)], ttl=_LONG)
+        await store.advertise(B, serves=[("checkout", None)], ttl=_SHORT)
+        ads = {ad.owner: ad for ad in await store.list_workers()}
+        assert sorted(ads) == [A, B], f"list_workers() after two advertisements: {ads}"
+        assert ads[A].serves == {("checkout", "2"), ("refund", None)}, f"A: {ads[A]!r}"
+        assert ads[B].serves == {("checkout", None)}, f"B: {ads[B]!r}"
+        assert ads[A].expires_at > ads[B].expires_at, f"expiries: {ads}"
+        await store.advertise(A, serves=[("checkout", "3")], ttl=_LONG)
+        ads = {ad.owner: ad for ad in await store.list_workers()}
+        assert ads[A].serves == {("checkout", "3")}, f"a new advertisement kept {ads[A]!r}"
+        await opened.create_run(ctx.run("held"))
+        held = await opened.claim("held", C, ttl=_SHORT)
+        await store.advertise(C, serves=[("checkout", None)], ttl=_LONG)
+        await _expire(_SHORT * 1.5)
+        owners = [ad.owner for ad in await store.list_workers()]
+        assert owners == [A, C], f"list_workers() once B's advertisement expired: {owners}"
+        lapsed = await opened.get_run("held")
+        assert lapsed is not None and lapsed.lease_expires_at is None, (
+            f"a worker's advertisement extended its lease (token {held.token}): {lapsed!r}"
+        )
+        await store.advertise(A, serves=(), ttl=0)
+        await store.advertise(C, serves=(), ttl=0)
+        assert list(await store.list_workers()) == [], "advertise(ttl=0) did not withdraw"
+        await _refused(
+            "an advertisement with an empty workflow name",
+            UsageError,
+            lambda: store.advertise(A, serves=[("", None)], ttl=_LONG),
+        )
+
+
 async def check_watch(ctx: _Ctx) -> None:
     """A store with watch() announces a new run and a status change."""
     async with _Opened(await ctx.make()) as store:
@@ -221,5 +305,7 @@ QUEUE_CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
     "claim_next_exclusive": check_claim_next_exclusive,
     "claim_next_takeover": check_claim_next_takeover,
     "claim_next_dead_letter": check_claim_next_dead_letter,
+    "claim_next_versions": check_claim_next_versions,
+    "advertise": check_advertise,
     "watch": check_watch,
 }

@@ -205,7 +205,7 @@ def run_deterministic(
     Raises:
         UsageError: for a bad seed, or when called inside a trio run.
         UnsupportedTrioError: if the installed trio lacks the hook.
-        Whatever *async_fn* raises.
+        BaseException: whatever *async_fn* raises, unchanged.
     """
     with seeded_schedule(seed):
         if clock is None:

@@ -1051,7 +1051,9 @@ def explore(
         seeds: how many seeds (0..n-1), or which.
         responses: answers for :func:`tether.ask` requests: a mapping from
             request key, or a function of the :class:`Request`.
-        deadline, slow: seconds of virtual time, see the kinds above.
+        deadline: seconds of virtual time from a ``hang`` to the caller's deadline.
+        slow: seconds of virtual time a write is held (``cancel``, ``fail``,
+            ``lease_lost``, ``pause``).
         save_timeout: the engine's ``save_timeout`` in trials.
         limit: virtual seconds an execution may take before the explorer
             declares it stuck.

@@ -92,7 +92,7 @@ async def open_owner(
     nothing more: its lease task dies, and it is not closed, only gone.
     """
     engine = Engine(store, hooks=(), save_timeout=save_timeout, lease_ttl=lease_ttl)
-    engine._workflows[workflow.name] = workflow
+    engine.define(workflow)
     scope = trio.CancelScope()
 
     async def keep_leases() -> None:

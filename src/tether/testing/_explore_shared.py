@@ -28,7 +28,16 @@ from typing import Any, Final, Protocol, final
 import attrs
 import trio
 
-from ..stores._protocol import Entry, EntryKind, EntryStatus, Renewal, RunRecord, RunStatus, Store
+from ..stores._protocol import (
+    Entry,
+    EntryKind,
+    EntryStatus,
+    Renewal,
+    RunRecord,
+    RunStatus,
+    Served,
+    Store,
+)
 
 __all__ = (
     "Connection",
@@ -384,8 +393,15 @@ class Connection:
         workflow: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        version: str | None = None,
     ) -> Sequence[RunRecord]:
-        filters = {"status": status, "workflow": workflow, "after": after, "limit": limit}
+        filters = {
+            "status": status,
+            "workflow": workflow,
+            "after": after,
+            "limit": limit,
+            "version": version,
+        }
         given = {k: v for k, v in filters.items() if v is not None}
         result: Sequence[RunRecord] = await self._process.call("list_runs", **given)
         return result
@@ -425,7 +441,7 @@ class Connection:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:

@@ -44,7 +44,18 @@ import attrs
 import trio
 
 from .._errors import StoreError, UsageError
-from ..stores._protocol import STORE_METHODS, WORKER_METHODS, Entry, Renewal, RunRecord, Store
+from ..stores._protocol import (
+    ADVERTISE_METHODS,
+    DELETE_METHODS,
+    STORE_METHODS,
+    WORKER_METHODS,
+    Entry,
+    Renewal,
+    RunRecord,
+    Served,
+    Store,
+    WorkerAd,
+)
 
 __all__ = (
     "Call",
@@ -58,7 +69,7 @@ __all__ = (
     "SimulatedCrash",
 )
 
-_METHODS: Final = (*STORE_METHODS, *WORKER_METHODS)
+_METHODS: Final = (*STORE_METHODS, *WORKER_METHODS, *ADVERTISE_METHODS, *DELETE_METHODS)
 
 #: The private method a store implements to simulate a torn write of a call.
 _TORN: Final = {"append": "_simulate_torn_append", "update_run": "_simulate_torn_update"}
@@ -626,6 +637,17 @@ class FaultyStore:
         result: RunRecord | None = await self._call("get_run", run_id)
         return result
 
+    @property
+    def delete_run(self) -> Callable[[str], Awaitable[bool]]:
+        """The inner store's ``delete_run``, faults permitting (absent when it has none)."""
+        getattr(self.inner, "delete_run")  # noqa: B009 - AttributeError: absent here too
+
+        async def delete_run(run_id: str) -> bool:
+            result: bool = await self._call("delete_run", run_id)
+            return result
+
+        return delete_run
+
     async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
         result: Sequence[RunRecord] = await self._call("list_runs", **filters)
         return result
@@ -635,7 +657,7 @@ class FaultyStore:
         owner: str,
         *,
         ttl: float,
-        workflows: Collection[str],
+        workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
     ) -> RunRecord | None:
@@ -648,6 +670,29 @@ class FaultyStore:
             gone=gone,
         )
         return result
+
+    # Properties, so that this store keeps advertisements exactly when the inner
+    # one does: getattr(store, "advertise", None) is None otherwise.
+    @property
+    def advertise(self) -> Callable[..., Awaitable[None]]:
+        """The inner store's ``advertise``, faults permitting (absent when it has none)."""
+        getattr(self.inner, "advertise")  # noqa: B009 - AttributeError: absent here too
+
+        async def advertise(owner: str, *, serves: Collection[Served], ttl: float) -> None:
+            await self._call("advertise", owner, serves=serves, ttl=ttl)
+
+        return advertise
+
+    @property
+    def list_workers(self) -> Callable[[], Awaitable[Sequence[WorkerAd]]]:
+        """The inner store's ``list_workers``, faults permitting (absent when it has none)."""
+        getattr(self.inner, "list_workers")  # noqa: B009 - AttributeError: absent here too
+
+        async def list_workers() -> Sequence[WorkerAd]:
+            result: Sequence[WorkerAd] = await self._call("list_workers")
+            return result
+
+        return list_workers
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The wrapped store's ``watch`` (no faults: notifications are hints), if it has one."""
