@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
 
 import trio
 
@@ -114,9 +115,10 @@ class WithoutWatch:
         workflows: Collection[str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         return await self.inner.claim_next(
-            owner, ttl=ttl, workflows=workflows, max_dispatches=max_dispatches, gone=gone
+            owner, ttl=ttl, workflows=workflows, max_dispatches=max_dispatches, gone=gone, now=now
         )
 
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:

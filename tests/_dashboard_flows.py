@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from datetime import timedelta
 
 import attrs
 import trio
@@ -110,6 +111,7 @@ RUNS = {
     "queued": "o-later",
     "interrupted": "o-cut",
     "dead_letter": "o-dead",
+    "waiting": "o-nap",
 }
 #: the run :func:`open_live_run` executes
 LIVE = "o-live"
@@ -142,6 +144,14 @@ async def seed(store: Store) -> None:
             error=ErrorInfo(type=DEAD_LETTER_ERROR, message="its workers died 5 times"),
         )
         await store.update_run(dead)
+        await engine.submit(checkout, RUNS["waiting"], run_id=RUNS["waiting"])
+        # As a worker leaves a run it parked on its timers.
+        record = await store.get_run(RUNS["waiting"])
+        assert record is not None
+        parked = attrs.evolve(
+            record, status=RunStatus.WAITING, wake_at=record.created_at + timedelta(days=3)
+        )
+        await store.update_run(parked)
 
 
 @asynccontextmanager

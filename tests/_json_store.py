@@ -29,6 +29,7 @@ from tether.stores import (
     WorkerAd,
     check_append,
     check_delete,
+    check_now,
     check_run_filter,
     check_served,
     decide_cancel,
@@ -144,12 +145,14 @@ class JsonStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         served = check_served(workflows)
+        now = check_now(now)
         await trio.lowlevel.checkpoint()
         for run_id in self.runs:
             current = self.decode_run(run_id)
-            if dispatchable(current, workflows=served, gone=gone):
+            if dispatchable(current, workflows=served, gone=gone, now=now):
                 decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
                 self.write(decision.store)
                 if decision.claimed:

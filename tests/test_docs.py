@@ -47,6 +47,8 @@ PAIRED = {
     "how-to/change-a-workflow.md": "change_workflow.py",
     "how-to/store-your-own-types.md": "money.py",
     "how-to/tracing.md": "tracing.py",
+    "how-to/child-runs.md": "children.py",
+    "how-to/timers-and-retries.md": "timers.py",
 }
 #: examples that wait for other processes, so run on the real clock
 REAL_TIME = frozenset({"processes.py", "scale_out.py"})

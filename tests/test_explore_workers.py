@@ -12,6 +12,7 @@ import logging
 import re
 import sys
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,7 @@ class LeaseBlindStore(tether.MemoryStore):  # type: ignore[misc]  # final, but a
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         running = await self.list_runs(status=[RunStatus.RUNNING])
         others = {r.owner for r in running if r.owner not in (None, owner)}
@@ -199,6 +201,7 @@ class LeaseBlindStore(tether.MemoryStore):  # type: ignore[misc]  # final, but a
             workflows=workflows,
             max_dispatches=max_dispatches,
             gone={*gone, *others},
+            now=now,
         )
         return record
 

@@ -43,6 +43,7 @@ from tether.stores import (
     loads_record,
     utcnow,
 )
+from tether.stores._postgres_sql import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 
 from . import _fleet
 from ._postgres import PostgresServer
@@ -351,7 +352,8 @@ def test_records_of_older_formats_read_with_no_version() -> None:
     old = _v3_record("r", "wf")
     record = loads_record(dumps_record(old), RunRecord.from_json)
     assert record.version is None and record.format_version == 3
-    assert record.to_json()["version"] is None and record.to_json()["format_version"] == 4
+    current = tether.stores.FORMAT_VERSION
+    assert record.to_json()["version"] is None and record.to_json()["format_version"] == current
     with pytest.raises(RecordDecodeError, match=r"unknown field.*'version'"):
         loads_record(dumps_record({**old, "version": "2"}), RunRecord.from_json)
     with pytest.raises(RecordDecodeError, match=r"missing field.*'version'"):
@@ -362,7 +364,7 @@ def test_records_of_older_formats_read_with_no_version() -> None:
                 dumps_record({**old, "format_version": 4, "version": bad}), RunRecord.from_json
             )
     again = loads_record(dumps_record(record.to_json()), RunRecord.from_json)
-    assert again == attrs.evolve(record, format_version=4)
+    assert again == attrs.evolve(record, format_version=current)
 
 
 async def test_an_sqlite_file_of_schema_3_is_migrated(tmp_path: Path) -> None:
@@ -375,6 +377,8 @@ async def test_an_sqlite_file_of_schema_3_is_migrated(tmp_path: Path) -> None:
     with conn:
         conn.execute("DROP TABLE workers")
         conn.execute("ALTER TABLE runs DROP COLUMN version")
+        conn.execute("DROP INDEX runs_wake")  # (schema 5's, see tests/test_timers.py)
+        conn.execute("ALTER TABLE runs DROP COLUMN wake_at")
         conn.execute(
             "INSERT INTO runs (run_id, data, status, workflow) VALUES (?, ?, 'queued', ?)",
             ("legacy", dumps_record(_v3_record("legacy", LEGACY)), LEGACY),
@@ -394,6 +398,7 @@ async def test_a_postgres_schema_of_version_1_is_migrated(postgres_server: Postg
     schema = f'"{store.schema}"'
     postgres_server.sql(f"DROP TABLE {schema}.workers")
     postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN version")
+    postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN wake_at")  # (schema 3's)
     postgres_server.sql(f"UPDATE {schema}.tether_schema SET version = 1")
     postgres_server.sql(
         f"INSERT INTO {schema}.runs (run_id, data, status, workflow) "
@@ -402,7 +407,9 @@ async def test_a_postgres_schema_of_version_1_is_migrated(postgres_server: Postg
         LEGACY,
     )
     await _serve_legacy(postgres_server.reopen(store))
-    assert postgres_server.sql(f"SELECT version FROM {schema}.tether_schema") == [(2,)]
+    assert postgres_server.sql(f"SELECT version FROM {schema}.tether_schema") == [
+        (POSTGRES_SCHEMA_VERSION,)
+    ]
 
 
 LEGACY = "tests.versions.quick0"
@@ -423,7 +430,8 @@ async def _serve_legacy(store: Store) -> None:
             with trio.fail_after(60):
                 assert await engine.wait("legacy") == 6
         stored = await engine.store.get_run("legacy")
-        assert stored is not None and stored.format_version == 4 and stored.version is None
+        assert stored is not None and stored.version is None
+        assert stored.format_version == tether.stores.FORMAT_VERSION
 
 
 # -- the example of the docs ---------------------------------------------------------------

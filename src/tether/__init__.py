@@ -4,6 +4,7 @@ A workflow is a plain ``async def``; its steps are journaled, so a run that
 crashes, fails or times out resumes without repeating finished steps.
 """
 
+from ._children import child as child
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._codec_registry import register_type as register_type
@@ -15,6 +16,7 @@ from ._engine import Engine as Engine
 from ._engine import RunInfo as RunInfo
 from ._engine import open_engine as open_engine
 from ._errors import CheckpointCorruptError as CheckpointCorruptError
+from ._errors import ChildPausedError as ChildPausedError
 from ._errors import CodecError as CodecError
 from ._errors import InvalidResponseError as InvalidResponseError
 from ._errors import InvariantViolation as InvariantViolation
@@ -43,6 +45,8 @@ from ._events import RunStarted as RunStarted
 from ._events import StepFinished as StepFinished
 from ._events import StepStarted as StepStarted
 from ._events import StreamItem as StreamItem
+from ._events import TimerFired as TimerFired
+from ._events import TimerStarted as TimerStarted
 from ._hooks import HookEvent as HookEvent
 from ._patches import deprecate_patch as deprecate_patch
 from ._patches import patched as patched
@@ -50,11 +54,14 @@ from ._progress import describe_event as describe_event
 from ._progress import show_progress as show_progress
 from ._requests import Paused as Paused
 from ._requests import Request as Request
+from ._retry import Retry as Retry
 from ._schedule import Schedule as Schedule
 from ._schedule import schedule as schedule
 from ._stream import Stream as Stream
 from ._stream import cleanup_scope as cleanup_scope
 from ._stream import open_stream as open_stream
+from ._timers import sleep as sleep
+from ._timers import sleep_until as sleep_until
 from ._version import __version__ as __version__
 from ._worker import Worker as Worker
 from ._worker import open_worker as open_worker
@@ -73,6 +80,7 @@ from .stores import SQLiteStore as SQLiteStore
 __all__ = (
     "CheckpointCorruptError",
     "CheckpointStored",
+    "ChildPausedError",
     "Clock",
     "CodecError",
     "Engine",
@@ -91,6 +99,7 @@ __all__ = (
     "Parallel",
     "Paused",
     "Request",
+    "Retry",
     "RunCancelledError",
     "RunConflictError",
     "RunEvent",
@@ -114,6 +123,8 @@ __all__ = (
     "StreamItem",
     "StreamStep",
     "TetherError",
+    "TimerFired",
+    "TimerStarted",
     "UnknownRequestError",
     "UnsupportedTrioError",
     "UsageError",
@@ -122,6 +133,7 @@ __all__ = (
     "WorkflowNotFoundError",
     "__version__",
     "ask",
+    "child",
     "cleanup_scope",
     "deprecate_patch",
     "describe_event",
@@ -133,6 +145,8 @@ __all__ = (
     "register_type",
     "schedule",
     "show_progress",
+    "sleep",
+    "sleep_until",
     "step",
     "stream_step",
     "workflow",

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from ._codec import codec
 from ._engine import RunInfo
 from ._errors import TetherError
-from .stores import Entry, RunRecord, RunStatus
+from .stores import Entry, EntryKind, EntryStatus, RunRecord, RunStatus
 
 __all__ = (
     "cli_message",
@@ -143,9 +143,18 @@ def _execution(info: RunInfo, store: str | None) -> str:
         return f"interrupted{cancel} — {_next_step(info, store)}"
     if info.status is RunStatus.QUEUED:
         return "waiting for a worker"
+    if info.status is RunStatus.WAITING:
+        return f"parked on its timers {_wake(info)}"
     if info.status is RunStatus.DEAD_LETTER:
         return f"set aside after {info.dispatches} dispatches — {_next_step(info, store)}"
     return "-"
+
+
+def _wake(info: RunInfo) -> str:
+    """``until 2026-12-04 10:00:00 UTC``: when a waiting run is due (workers take it then)."""
+    if info.wake_at is None:
+        return "(due now)"
+    return f"until {_when(info.wake_at)} UTC"
 
 
 def _next_step(info: RunInfo, store: str | None) -> str:
@@ -223,10 +232,31 @@ def _table(
 
 def _entry_outcome(entry: Entry) -> str:
     if entry.error is not None:
-        return str(entry.error)
+        text = str(entry.error)
+        retry = _stored(entry.value) if entry.value is not None else None
+        if isinstance(retry, dict) and set(retry) == {"next_at"}:
+            # A failed attempt of a step with a retry policy.
+            moment = _moment(retry["next_at"])
+            text += "; gave up" if moment is None else f"; next attempt at {_when(moment)} UTC"
+        return text
     if entry.value is None:
         return "-"
+    if entry.kind is EntryKind.TIMER:
+        due = _stored(entry.value)
+        moment = _moment(due.get("due")) if isinstance(due, dict) else None
+        if moment is not None:
+            return f"due {_when(moment)} UTC"
     return _stored_json(entry.value)
+
+
+def _moment(value: object) -> datetime | None:
+    """A stored ISO 8601 time (``None`` when it is not one)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def print_run_list(
@@ -289,6 +319,7 @@ def run_json(info: RunInfo, *, detail: bool = False) -> dict[str, Any]:
         "lease_expires_at": _iso(info.lease_expires_at),
         "cancel_requested": info.cancel_requested,
         "dispatches": info.dispatches,
+        "wake_at": _iso(info.wake_at),
         "error": None if info.error is None else info.error.to_json(),
     }
     if detail:
@@ -337,6 +368,9 @@ def print_run(info: RunInfo, out: TextIO, *, width: int | None, store: str | Non
         field("owner", f"none{last}")
     elif info.status is RunStatus.QUEUED:
         field("status", f"{info.status.value} — waiting for a worker")
+    elif info.status is RunStatus.WAITING:
+        field("status", f"{info.status.value} — parked on its timers, holding no lease")
+        field("wakes", f"{_wake(info).removeprefix('until ')}: any worker takes it up then")
     elif info.status is RunStatus.DEAD_LETTER:
         field(
             "status",
@@ -364,6 +398,12 @@ def print_run(info: RunInfo, out: TextIO, *, width: int | None, store: str | Non
             print(f"  - {_abbrev(text, None if width is None else width - 4)}", file=out)
     else:
         print("\npending requests: none", file=out)
+    failed = [e for e in info.entries if e.status is EntryStatus.FAILED and e.error is not None]
+    if failed:
+        print(f"\nfailed attempts ({len(failed)}):", file=out)
+        for e in failed:
+            text = f"{e.key} attempt {e.attempt}: {_entry_outcome(e)}"
+            print(f"  - {_abbrev(text, None if width is None else width - 4)}", file=out)
     if not info.entries:
         print("\njournal: empty", file=out)
         return

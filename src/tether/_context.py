@@ -18,7 +18,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
@@ -35,6 +35,7 @@ from ._errors import (
 from ._events import CheckpointStored, StepFinished, StepStarted
 from ._hooks import HookEvent
 from ._replay import undecodable
+from ._retry import journal_failure, next_attempt_at
 from ._run import Frame, RunState, Wait, current_frame, error_info, frame_var, note_key
 from ._saver import Parked, StoreErrors
 from .stores._protocol import Entry, EntryKind
@@ -47,8 +48,25 @@ if TYPE_CHECKING:
 #: definitions, never imports them.)
 STEP_MARKER = "_tether_is_step"
 
+#: Set on a function that journals a call of its own (``tether.child``), to a
+#: :class:`KeyedCall`: ``parallel().start_soon`` keys it in the block like a step.
+KEYED_MARKER = "_tether_keyed"
+
+
+@final
+@attrs.frozen
+class KeyedCall:
+    """How ``start_soon`` starts a function marked with :data:`KEYED_MARKER`."""
+
+    name: str  #: the call's name in keys: ``child`` gives ``child#n``
+    #: ``start(run, key, position, *args)``, in the child's task: the call,
+    #: its key and position taken (and reached, on replay) when it was started
+    start: Callable[..., Awaitable[Any]]
+
+
 __all__ = (
     "Handle",
+    "KeyedCall",
     "Parallel",
     "RunState",
     "StoreErrors",
@@ -175,6 +193,7 @@ async def execute_step(
     )
     propagating: BaseException | None = None
     attempt: int | None = None  # the attempt the step ended on, once known
+    tried = [0]  # the attempt running now (the retry loop's)
     handed_off = False  # the block reports this step's end
     marked: Sequence[Entry] = ()  # patch markers this step's save carries
     try:
@@ -182,9 +201,14 @@ async def execute_step(
             observer(StepStarted(run_id=run.run_id, key=key, name=step.name))
         if event is not None:
             await run.hooks.call("on_step_start", event)
-        started = _now(UTC)
-        if step.retries or step.timeout is not None:
-            value, attempt = await _attempts(run, step, key, args, kwargs)
+        # A step with a retry policy journals its attempts on the engine's
+        # clock (their backoff is measured on it): its record too.
+        policy = step.retry is not None
+        started = run.clock.now() if policy else _now(UTC)
+        if step.retries or policy or step.timeout is not None:
+            value, attempt = await _attempts(
+                run, step, key, position, args, kwargs, args_digest, tried
+            )
         elif caller is not None:  # the common case: the caller's frame is the step's a while
             # Nested calls key under this step: no frame to make per call. (A
             # parallel() block keys its children by its own Frame, see there.)
@@ -218,7 +242,7 @@ async def execute_step(
                 value=text,
                 args_digest=args_digest,
                 started_at=started,
-                finished_at=_now(UTC),
+                finished_at=run.clock.now() if policy else _now(UTC),
                 attempt=attempt,
                 token=run.token,
                 seq=saver.next_seq,  # numbered ahead when the store takes it at once
@@ -259,8 +283,11 @@ async def execute_step(
     finally:
         if not handed_off:
             if event is not None:
-                if attempt is None and (isinstance(propagating, Exception) or not step.retries):
-                    attempt = step.retries + 1  # it raised out of its last (or only) attempt
+                if attempt is None and (
+                    isinstance(propagating, Exception) or not (step.retries or step.retry)
+                ):
+                    # it raised out of its last (or only) attempt
+                    attempt = tried[0] or step.retries + 1
                 ended = attrs.evolve(event, exception=propagating, attempt=attempt)
                 await run.end_hook("on_step_end", ended, propagating)
             if observer is not None:
@@ -319,11 +346,39 @@ async def _attempts(
     run: RunState,
     step: Step[..., Any],
     key: str,
+    position: int,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    args_digest: str,
+    tried: list[int],
 ) -> tuple[Any, int]:
+    """Run the step's attempts (``retries``, or its ``retry`` policy); its value and attempt.
+
+    With ``retries``, a failed attempt is retried at once, and nothing of it
+    is journaled. With a policy, each failed attempt is journaled (a
+    ``failed`` entry with its attempt number, its error, and ``{"next_at":
+    ...}``, the moment the next attempt is due, ``null`` when none follows),
+    and the next attempt waits for that moment as a durable timer (it may
+    park the run). An execution that finds the step's last failed attempt
+    in the journal with a ``next_at`` (a crash or a restart mid-backoff, a
+    run parked on its backoff) waits until then and goes on with the next
+    attempt; one whose last failed attempt has none (the step gave up, and
+    the run failed) starts a new round from attempt 1. *tried* holds the
+    attempt running now.
+    """
+    policy = step.retry
+    total = step.retries + 1 if policy is None else policy.attempts
     attempt = 1
+    if policy is not None:
+        last = run.failures.get(key)
+        next_at = None if last is None else next_attempt_at(run.run_id, last)
+        if last is not None and next_at is not None:
+            attempt = last.attempt + 1
+            await run.sleep_until(next_at)
     while True:
+        tried[0] = attempt
+        started = run.clock.now()
+        failure: Exception | None = None
         # A fresh frame per attempt: nested steps get keys under this step,
         # and a retry replays the nested steps an earlier attempt stored.
         token = frame_var.set(Frame(run, key, trio.lowlevel.current_task()))
@@ -335,23 +390,41 @@ async def _attempts(
                     value = await step.fn(*args, **kwargs)
             return value, attempt
         except Exception as exc:
-            if attempt > step.retries:
-                raise
-            log.info(
-                "tether: step %s of run %s failed (attempt %d of %d), retrying: %r",
-                key,
-                run.run_id,
-                attempt,
-                step.retries + 1,
-                exc,
-            )
-            attempt += 1
+            failure = exc
         finally:
             frame_var.reset(token)
+        assert failure is not None
+        next_at = None
+        if policy is None:
+            if attempt >= total:
+                raise failure
+        else:
+            retried = policy.retries(failure, attempt)
+            if retried:
+                next_at = run.clock.now() + timedelta(seconds=policy.delay(attempt))
+            if not await journal_failure(
+                run, key, position, args_digest, attempt, failure, started, next_at
+            ):
+                retried = False
+            if not retried:
+                raise failure
+        log.info(
+            "tether: step %s of run %s failed (attempt %d of %d), retrying%s: %r",
+            key,
+            run.run_id,
+            attempt,
+            total,
+            "" if next_at is None else f" at {next_at.isoformat()}",
+            failure,
+        )
+        failure = None
+        attempt += 1
         # The retry calls the nested steps again: those the failed attempt
         # stored replay from the journal, the rest run.
         prefix = key + "/"
         run.seen = {k for k in run.seen if not k.startswith(prefix)}
+        if next_at is not None:
+            await run.sleep_until(next_at)
 
 
 # -- parallel() ------------------------------------------------------------
@@ -494,10 +567,12 @@ class Parallel:
     ) -> Handle[R]:
         """Start ``fn(*args)`` as a child of this block and return its handle.
 
-        *fn* is a step (journaled under its key) or any other async function
-        (a *branch*: its own steps journal under ``branch-name#n/``). The key
-        and position are fixed now, in program order, so replay maps results
-        to the same calls whatever order they finished in.
+        *fn* is a step (journaled under its key), ``tether.child`` (journaled
+        under ``child#n``: ``p.start_soon(tether.child, wf, *args)``), or any
+        other async function (a *branch*: its own steps journal under
+        ``branch-name#n/``). The key and position are fixed now, in program
+        order, so replay maps results to the same calls whatever order they
+        finished in.
 
         Raises:
             UsageError: the block is not open, or this is not the task that
@@ -519,6 +594,10 @@ class Parallel:
             call = "step"
             child_key, position = frame.next_call(step.name, key or step.key)
             child: Callable[..., Awaitable[None]] = self._child_step
+        elif (keyed := getattr(fn, KEYED_MARKER, None)) is not None:
+            call = keyed.name
+            child_key, position = frame.next_call(keyed.name, key)
+            child = self._child_keyed
         else:
             if not callable(fn):
                 raise UsageError(f"start_soon() takes a step or an async function, not {fn!r}")
@@ -557,6 +636,21 @@ class Parallel:
             value = await execute_step(run, step, handle.key, position, args, {}, handle)
             if value is not _HANDED_OFF:
                 handle._value = value
+        finally:
+            self._child_done(run)
+
+    async def _child_keyed(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        handle: Handle[Any],
+        position: int,
+        args: tuple[Any, ...],
+    ) -> None:
+        assert self._frame is not None
+        run = self._frame.run
+        keyed: KeyedCall = getattr(fn, KEYED_MARKER)
+        try:
+            handle._value = await keyed.start(run, handle.key, position, *args)
         finally:
             self._child_done(run)
 

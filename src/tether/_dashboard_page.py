@@ -93,6 +93,7 @@ td pre{background:none;padding:0}
 color:#fff;background:#8a8f98}
 .s-completed{background:#3b8b5a}.s-failed{background:#c62828}.s-paused{background:#7b4fb0}
 .s-running{background:#3a6ea5}.s-cancelled{background:#555}.s-dead_letter{background:#8d4e2a}
+.s-waiting{background:#2f7f86}
 .s-interrupted{background:#d99a00;color:#1b1b1b}
 .muted{color:#666}.error{color:#b71c1c;margin:4px 0}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0}
@@ -208,6 +209,8 @@ def execution(info: RunInfo, store: str) -> Markup:
         return join(["interrupted (no live owner): ", tag("code", hint)])
     if info.status is RunStatus.QUEUED:
         return esc("waiting for a worker")
+    if info.status is RunStatus.WAITING and info.wake_at is not None:
+        return esc(f"parked on its timers until {when(info.wake_at)} UTC")
     if info.status is RunStatus.DEAD_LETTER:
         return esc(f"set aside after {info.dispatches} dispatches; resume it once fixed")
     return Markup("")

@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from ._changes import Changes
+from ._children import cancel_children, take_parent
 from ._clock import Clock, check_clock
 from ._codec import codec
 from ._context import RunState, StoreErrors, error_info
@@ -95,6 +96,8 @@ class RunInfo:
     dispatches: int = 0
     #: the workflow version the run was started under (``None``: unversioned)
     version: str | None = None
+    #: when a ``waiting`` run (parked on its timers) is due; ``None`` otherwise
+    wake_at: datetime | None = None
 
 
 #: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
@@ -304,7 +307,7 @@ class Engine:
         *,
         timeout: float | None = None,
     ) -> Any:
-        """Continue a failed, paused or interrupted run from its journal.
+        """Continue a failed, paused, waiting or interrupted run from its journal.
 
         The workflow is found by the name stored with the run (it must be
         defined in this process). Completed steps replay without executing;
@@ -398,7 +401,8 @@ class Engine:
         workflow's return annotation when the workflow is defined in this
         process (else it comes as stored JSON values). A queued or running
         run is read again on every change this engine learns of (at once
-        where the store announces changes) and at least every second.
+        where the store announces changes) and at least every second; a
+        ``waiting`` run (parked by a worker on its timers) is waited through.
 
         A checkpoint; ``timeout=`` behaves like ``trio.fail_after``.
 
@@ -448,10 +452,15 @@ class Engine:
         in another engine or process stops within one lease renewal interval
         (``lease_ttl / 3``): its owner cancels it (completed steps' saves
         drain, bounded by ``save_timeout``), stores ``cancelled``, and its
-        ``engine.run`` raises :class:`RunCancelledError`. A paused, failed or
-        interrupted run (no live owner) becomes ``cancelled`` at once. The
+        ``engine.run`` raises :class:`RunCancelledError`. A paused, failed,
+        waiting or interrupted run (no live owner, or only this engine's lease
+        on a run it no longer executes) becomes ``cancelled`` at once. The
         journal is kept; pending requests are cleared. Cancelling a cancelled
         run does nothing.
+
+        The run's child runs (``tether.child``) are cancelled with it, and
+        theirs: each unfinished child its journal names gets a cancel
+        recorded the same way, after the run's own.
 
         A checkpoint; cancelling this call leaves the cancel recorded or not.
 
@@ -461,6 +470,11 @@ class Engine:
             StoreError: the store failed.
         """
         self._check_open()
+        await self._cancel_one(run_id)
+        await cancel_children(self._store, run_id, self._cancel_one)
+
+    async def _cancel_one(self, run_id: str) -> None:
+        """Record the cancel of *run_id*, not of its children (see :meth:`cancel`)."""
         with StoreErrors(f"cancelling run {run_id!r}"):
             record = await self._store.get_run(run_id)
             if record is None:
@@ -469,7 +483,12 @@ class Engine:
             if (
                 record.owner is not None
                 and record.lease_expires_at is not None
-                and owner_is_gone(record.owner)
+                and (
+                    owner_is_gone(record.owner)
+                    # ours, and no longer executing here (a caller cancelled it;
+                    # its release is pending): nobody executes it either
+                    or (record.owner == self._owner and run_id not in self._active)
+                )
             ):
                 takeover = record.token  # its owner is gone: cancelled at once
             stored = await self._store.cancel_run(run_id, takeover=takeover)
@@ -510,8 +529,9 @@ class Engine:
                 to get the next page).
             limit: at most this many.
             version: only runs started under this workflow version.
-            stranded: only runs that wait for a worker (``queued``, or
-                ``running`` without a live lease) whose workflow and version
+            stranded: only runs that wait for a worker (``queued``,
+                ``waiting`` on a timer, or ``running`` without a live
+                lease) whose workflow and version
                 no live worker serves, as workers advertise it in the store
                 (with no worker alive, every waiting run is stranded). The
                 answer is as fresh as the advertisements: a worker that
@@ -719,6 +739,7 @@ class Engine:
             cancel_requested=record.cancel_requested,
             dispatches=record.dispatches,
             version=record.version,
+            wake_at=record.wake_at,
         )
 
     async def _continue(
@@ -755,12 +776,15 @@ class Engine:
                 created=created,
             )
 
-    async def execute_claimed(self, record: RunRecord) -> Any:
+    async def execute_claimed(self, record: RunRecord, *, park_after: float | None = None) -> Any:
         """Execute a run a worker claimed (``record``, with this engine's lease); its outcome.
 
         For :mod:`._worker`. The workflow must be defined here (workers claim
-        only those). A checkpoint; cancellation is a caller cancellation.
-        Raises what :meth:`run` raises, and ``Paused``.
+        only those). With *park_after*, a run whose tasks all wait and whose
+        next durable timer is due more than that many seconds from now parks
+        (stored ``waiting``, released). A checkpoint; cancellation is a
+        caller cancellation. Raises what :meth:`run` raises, ``Paused``, and
+        ``Waiting`` for a parked run.
         """
         wf = self._find_workflow(record)
         with self._active_here(record.run_id):
@@ -780,7 +804,9 @@ class Engine:
                 with StoreErrors(f"storing run {record.run_id!r} as failed"):
                     await self._store.update_run(failed)
                 raise
-            return await self._execute(wf, record, args, provided={}, original=record)
+            return await self._execute(
+                wf, record, args, provided={}, original=record, park_after=park_after
+            )
 
     def define(self, wf: Workflow[..., Any]) -> None:
         """Execute runs of ``wf.name`` and ``wf.version`` as *wf* in this engine (for workers)."""
@@ -813,8 +839,10 @@ class Engine:
         provided: dict[str, Any],
         original: RunRecord,
         created: bool = False,
+        park_after: float | None = None,
     ) -> Any:
         """Execute the claimed run *record*, holding its lease throughout."""
+        parent = take_parent()  # (a child run, tether.child: it parks as its parent may)
         state = RunState(
             run_id=record.run_id,
             workflow=wf.name,
@@ -825,6 +853,10 @@ class Engine:
             provided=provided,
             observer=take_observer(),
             token=record.token,
+            engine=self,
+            parent=parent,
+            clock=self._clock,
+            park_after=park_after if parent is None else parent.park_after,
         )
         execution = Execution(
             store=self._store,

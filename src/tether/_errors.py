@@ -10,10 +10,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a store record, described here only: stores import this module
+    from ._requests import Request
     from .stores._protocol import ErrorInfo
 
 __all__ = (
     "CheckpointCorruptError",
+    "ChildPausedError",
     "CodecError",
     "InvalidResponseError",
     "InvariantViolation",
@@ -175,6 +177,32 @@ class RunFailedError(TetherError):
 
 def _run_failed(message: str, run_id: str, error: ErrorInfo) -> RunFailedError:
     return RunFailedError(message, run_id=run_id, error=error)
+
+
+class ChildPausedError(TetherError):
+    """A child run (``tether.child``) paused, waiting for responses to its requests.
+
+    Raised in the parent, by the call that started or reattached to the
+    child: a parent does not pause with its child's requests. Answer them on
+    the child, ``engine.resume(error.run_id, responses=...)``, then resume
+    the parent: its call reattaches to the child and returns its result.
+
+    Attributes:
+        run_id: the child run's id.
+        requests: its pending requests (:class:`tether.Request`).
+    """
+
+    def __init__(self, message: str, *, run_id: str, requests: tuple[Request, ...]) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.requests = requests
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_child_paused, (str(self), self.run_id, self.requests))
+
+
+def _child_paused(message: str, run_id: str, requests: tuple[Request, ...]) -> ChildPausedError:
+    return ChildPausedError(message, run_id=run_id, requests=requests)
 
 
 class UnknownRequestError(TetherError, LookupError):

@@ -12,6 +12,7 @@ import contextlib
 import math
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
@@ -39,6 +40,8 @@ __all__ = (
     "StepFinished",
     "StepStarted",
     "StreamItem",
+    "TimerFired",
+    "TimerStarted",
     "current_observer",
     "take_observer",
 )
@@ -104,6 +107,27 @@ class StreamItem(RunEvent):
     name: str
     index: int  #: 0 for the first item of the stream
     item: Any  #: the item as the consumer receives it (decoded from its snapshot)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TimerStarted(RunEvent):
+    """A durable timer (``tether.sleep``) was journaled with its due time; it now waits.
+
+    Not reported for a timer replayed from the journal.
+    """
+
+    key: str
+    due: datetime  #: when it fires, on the engine's clock (UTC)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TimerFired(RunEvent):
+    """A durable timer is due: the sleeping code goes on (also for a replayed timer)."""
+
+    key: str
+    due: datetime  #: when it was due, on the engine's clock (UTC)
 
 
 @final

@@ -38,10 +38,12 @@ cancellation) has its lease released soon after by the engine's lease task.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 import attrs
 import trio
+from outcome import Value
 
 from ._codec import codec
 from ._errors import LeaseLostError, NonDeterminismError, RunCancelledError
@@ -51,9 +53,10 @@ from ._ownership import Leases
 from ._replay import Replay
 from ._requests import Paused, Request, request_to_json
 from ._run import Frame, RunState, error_info, frame_var
-from ._saver import StoreErrors
+from ._saver import Parked, StoreErrors
+from ._timers import Waiting
 from ._workflow import Workflow
-from .stores._protocol import RunRecord, RunStatus, Store, utcnow
+from .stores._protocol import EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
 
 __all__ = ("Execution",)
 
@@ -68,6 +71,13 @@ def _first_cancelled(exc: BaseException) -> BaseException:
             if isinstance(found, trio.Cancelled):
                 return found
     return exc
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    """Whether *exc* is ``Cancelled``, or a group of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
 
 
 def _releasable(exc: BaseException | None) -> bool:
@@ -100,6 +110,8 @@ class Execution:
     created: bool = False  # the claim created the run: its journal is empty, not read
     runner_done: bool = False  # the runner task has finished
     _watcher: trio.lowlevel.Task | None = None  # the caller's task, parked until then
+    #: a child run's watcher, kept waiting through its parent's run's cancellation
+    _parent_wait: Parked | None = None
     lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
     released: bool = False  # a status write stored the outcome and released the lease
@@ -119,6 +131,8 @@ class Execution:
         """
         state, record = self.state, self.record
         state.saver.lose = self._lose
+        if state.parent is not None:  # a child run (tether.child): see Saver.outer
+            state.saver.outer = state.parent.saver
         self.leases.hold(
             record.run_id, record.token, lost=self._lose, cancelled=state.request_cancel
         )
@@ -159,6 +173,9 @@ class Execution:
         with StoreErrors(f"loading the journal of run {run_id!r}"):
             entries = await self.store.load_entries(run_id)
         state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
+        for entry in entries:  # in seq order: the last failed attempt of each step wins
+            if entry.status is EntryStatus.FAILED and entry.kind is EntryKind.STEP:
+                state.failures[entry.key] = entry
         replay = Replay(run_id, entries, state.abort)
         state.journal = replay.journal
         if replay:
@@ -234,14 +251,33 @@ class Execution:
             await trio.lowlevel.checkpoint()
             return
         saver = self.state.saver
+        parent = self.state.parent
 
-        def abort(raise_cancel: object) -> trio.lowlevel.Abort:
+        def abort(raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            if (
+                parent is not None
+                and not parent.saver.caller_cancelled
+                and not self.lease_scope.cancel_called
+                and self._watcher is not None
+            ):
+                # A child run (tether.child) whose parent's run was cancelled:
+                # framework-owned for this run too, so its saves drain while
+                # this waits on; should the parent's caller cancel too, the
+                # parent's saver ends the wait (see Saver.keep_waiting).
+                self._parent_wait = parent.saver.keep_waiting(self._watcher, raise_cancel)
+                return trio.lowlevel.Abort.FAILED
             saver.caller_cancelled = True
             self._watcher = None
             return trio.lowlevel.Abort.SUCCEEDED
 
         self._watcher = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        try:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        except BaseException:
+            if self._parent_wait is not None:  # the parent's caller cancelled
+                saver.caller_cancelled = True
+                self._watcher = None
+            raise
 
     async def _runner(self) -> None:
         state = self.state
@@ -259,6 +295,8 @@ class Execution:
                 await self._undo(state.aborted)
             elif state.cancel_requested and not self.finished:
                 await self._cancelled()
+            elif not self.finished and state.wake_at is not None:
+                await self._park(state.wake_at)  # settled on timers alone, under a worker
             elif not self.finished:
                 # Only a settlement cancels the run's scope and leaves the
                 # workflow unfinished.
@@ -272,12 +310,23 @@ class Execution:
                 # run was unwinding (Cancelled, a sibling's error) ends here.
                 await self._run_end_hook(_first_cancelled(exc))
                 return
+            if state.parent is not None and _only_cancelled(exc):
+                # A child run stopped by its parent's run (framework-owned: its
+                # saves drained): no status, so it stays resumable; unless the
+                # parent is being cancelled (engine.cancel): then so is this run.
+                if state.cancel_requested or state.parent.cancel_requested:
+                    await self._cancelled()
+                else:
+                    await self._run_end_hook(_first_cancelled(exc))
             raise
         finally:
             self.runner_done = True
             if self._watcher is not None:
                 watcher, self._watcher = self._watcher, None
-                trio.lowlevel.reschedule(watcher)
+                if self._parent_wait is not None:  # parked on the parent's saver: once
+                    self._parent_wait.saver.wake(self._parent_wait, Value(None))
+                else:
+                    trio.lowlevel.reschedule(watcher)
 
     async def _workflow(self) -> None:
         """Run the workflow function (a tracked task: the runner, for the while)."""
@@ -355,6 +404,38 @@ class Execution:
             await self._store_status(record, f"storing run {state.run_id!r} as paused")
         except Exception as exc:
             outcome = exc  # not stored as paused: resuming pauses it again
+        if self.error is not None:
+            outcome = self.error  # stored as cancelled instead (see _store_status)
+        await self._run_end_hook(outcome)
+        self.error = outcome
+
+    async def _park(self, wake_at: datetime) -> None:
+        """Store the settled run as ``waiting`` until *wake_at*, released; raise :class:`Waiting`.
+
+        Parking is an outcome: the dispatches this worker's claim counted are
+        given back (see ``max_dispatches``), so a run that parks often is
+        never set aside for it.
+        """
+        state = self.state
+        await self._flush_markers()
+        record = attrs.evolve(
+            self.record,
+            status=RunStatus.WAITING,
+            wake_at=wake_at,
+            requests=(),
+            result=None,
+            error=None,
+            owner=None,
+            dispatches=0,
+            updated_at=utcnow(),
+        )
+        outcome: Exception = Waiting(state.run_id, wake_at)
+        try:
+            await self._store_status(record, f"storing run {state.run_id!r} as waiting")
+        except Exception as exc:
+            outcome = exc  # not stored as waiting: resuming parks it again
+        if self.error is not None:
+            outcome = self.error  # stored as cancelled instead (see _store_status)
         await self._run_end_hook(outcome)
         self.error = outcome
 
@@ -434,7 +515,7 @@ class Execution:
     async def _store_status(self, record: RunRecord, what: str) -> None:
         """Write the run's status and release its lease, in one fenced, shielded write.
 
-        A ``failed`` or ``paused`` outcome that the store turned into
+        A ``failed``, ``paused`` or ``waiting`` outcome that the store turned into
         ``cancelled`` (a cancel was recorded meanwhile) makes the run's
         outcome :class:`RunCancelledError`.
         """

@@ -29,6 +29,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Collection
+from datetime import datetime
 from pathlib import Path
 from typing import cast
 
@@ -212,17 +213,29 @@ class Leases:
         self.held.pop(run_id, None)
 
     async def claim_next(
-        self, workflows: Collection[Served], *, max_dispatches: int, gone: Collection[str]
+        self,
+        workflows: Collection[Served],
+        *,
+        max_dispatches: int,
+        gone: Collection[str],
+        now: datetime,
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run (``Store.claim_next``), or ``None``.
 
-        A checkpoint; cancellation behaves as the store's ``claim_next``
-        (callers shield it: a claim cut short could land unseen).
+        *now* is the engine's clock: waiting runs whose ``wake_at`` has come by
+        then are dispatchable. A checkpoint; cancellation behaves as the
+        store's ``claim_next`` (callers shield it: a claim cut short could
+        land unseen).
         """
         sent = trio.current_time()
         store = cast(WorkerStore, self.store)  # open_worker checked it has claim_next
         record: RunRecord | None = await store.claim_next(
-            self.owner, ttl=self.ttl, workflows=workflows, max_dispatches=max_dispatches, gone=gone
+            self.owner,
+            ttl=self.ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            gone=gone,
+            now=now,
         )
         if record is not None:
             self._confirmed = max(self._confirmed, sent)

@@ -37,7 +37,14 @@ __all__ = ("deprecate_patch", "on_old_path", "patched")
 
 #: Runs that may still execute, and so still take one path or the other.
 _UNFINISHED: Final = frozenset(
-    {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.DEAD_LETTER}
+    {
+        RunStatus.QUEUED,
+        RunStatus.RUNNING,
+        RunStatus.PAUSED,
+        RunStatus.FAILED,
+        RunStatus.DEAD_LETTER,
+        RunStatus.WAITING,
+    }
 )
 
 

@@ -18,6 +18,8 @@ from ._events import (
     StepFinished,
     StepStarted,
     StreamItem,
+    TimerFired,
+    TimerStarted,
 )
 
 __all__ = ("describe_event", "show_progress")
@@ -53,6 +55,10 @@ def describe_event(event: RunEvent) -> str:
             if event.exception is None:
                 return f"  {what} {event.key}: finished"
             return f"  {what} {event.key}: ended by {_error(event.exception)}"
+        case TimerStarted():
+            return f"  timer {event.key}: sleeping until {event.due.isoformat()}"
+        case TimerFired():
+            return f"  timer {event.key}: due"
         case RunPaused():
             keys = ", ".join(r.key for r in event.requests)
             return f"run {event.run_id}: paused, waiting for answers to {keys}"

@@ -1,12 +1,12 @@
 """Replay: the journal an execution loaded, matched call by call.
 
-Every call a run makes (a step, a stream, an ``ask``, a ``parallel()``
-branch, a ``tether.patched()`` marker) has a key, ``parent/name#n``, and a
-*position*: its index among the calls of its parent (the workflow, a step,
-a branch), counted in program order when it is called or started, like its
-key. Journal entries carry both (entries of older formats only the key).
-On replay, each call is matched against the entries loaded when the
-execution began:
+Every call a run makes (a step, a stream, an ``ask``, a durable timer, a
+``parallel()`` branch, a ``tether.patched()`` marker, a ``tether.child()``
+call) has a key, ``parent/name#n``, and a *position*: its index among the
+calls of its parent (the workflow, a step, a branch), counted in program
+order when it is called or started, like its key. Journal entries carry
+both (entries of older formats only the key). On replay, each call is
+matched against the entries loaded when the execution began:
 
 - **by key**: the call journaled under this key must have been made at
   this same position, with the same arguments, and its value must decode as
@@ -63,7 +63,14 @@ __all__ = (
 
 #: Entry kinds a replay takes from the journal (when completed).
 REPLAYED: Final = frozenset(
-    {EntryKind.STEP, EntryKind.STREAM, EntryKind.RESPONSE, EntryKind.MARKER}
+    {
+        EntryKind.STEP,
+        EntryKind.STREAM,
+        EntryKind.RESPONSE,
+        EntryKind.MARKER,
+        EntryKind.TIMER,
+        EntryKind.CHILD,
+    }
 )
 
 #: What every divergence error ends with: what happened to the run, what to do.
@@ -79,6 +86,8 @@ _KIND_NAMES: Final = {
     EntryKind.STREAM: "stream",
     EntryKind.RESPONSE: "the response to",
     EntryKind.MARKER: "the patch marker",
+    EntryKind.TIMER: "timer",
+    EntryKind.CHILD: "the child run call",
 }
 
 

@@ -8,8 +8,10 @@ started in a plain ``trio.open_nursery`` (which inherits the context
 variable) is recognised and refused.
 
 :class:`RunState` holds the rest: the journal, settlement (when every task
-waits in ``ask``, the run pauses), live events, hooks, human input, and the
-execution's :class:`~._saver.Saver` (every save and shielded call).
+waits in ``ask``, the run pauses; under a worker, when every task waits and
+the next durable timer is far off, the run parks), live events, hooks,
+human input, and the execution's :class:`~._saver.Saver` (every save and
+shielded call).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any
 
 import attrs
 import trio
 
+from ._clock import Clock, SystemClock, sleep_until
 from ._codec import codec, describe, digest, dumps
 from ._errors import (
     CodecError,
@@ -132,9 +136,13 @@ def _key_order(request: Request) -> list[tuple[str, int]]:
     return order
 
 
-def note_key(exc: BaseException, key: str) -> None:
-    """Remember on *exc* the step it came out of (the innermost one is worth naming)."""
-    if isinstance(exc, Exception) and getattr(exc, _KEY_ATTR, None) is None:
+def note_key(exc: BaseException, key: str, *, replace: bool = False) -> None:
+    """Remember on *exc* the step it came out of (the innermost one is worth naming).
+
+    With *replace*, *key* replaces a key noted before (a child run's error
+    names the parent's call, not a step of the child's journal).
+    """
+    if isinstance(exc, Exception) and (replace or getattr(exc, _KEY_ATTR, None) is None):
         with contextlib.suppress(AttributeError):  # exotic exception types
             setattr(exc, _KEY_ATTR, key)
 
@@ -186,13 +194,20 @@ class Wait:
     moment, not only once the scheduler gets to it, so a settlement checked
     in between cannot take it for idle. :meth:`end` is idempotent, and the
     block ends the wait however it is left.
+
+    A wait for a durable timer has a *due* time instead: only the clock ends
+    it, so while it lasts the run pauses on nobody's ``ask`` (the timer will
+    wake a task), and may park (see :meth:`RunState._check_settled`).
     """
 
-    __slots__ = ("active", "request", "run")
+    __slots__ = ("active", "due", "request", "run")
 
-    def __init__(self, run: RunState, request: Request | None = None) -> None:
+    def __init__(
+        self, run: RunState, request: Request | None = None, due: datetime | None = None
+    ) -> None:
         self.run = run
         self.request = request  # the ask this wait answers, if any
+        self.due = due  # the timer this wait sleeps on, if any
         self.active = False
 
     def __enter__(self) -> Wait:
@@ -201,6 +216,8 @@ class Wait:
         run.idle += 1
         if self.request is not None:
             run.asking[self.request.key] = self.request
+        if self.due is not None:
+            run.timers[self] = self.due
         run._check_settled()
         return self
 
@@ -214,6 +231,8 @@ class Wait:
             self.run.idle -= 1
             if self.request is not None:
                 del self.run.asking[self.request.key]
+            if self.due is not None:
+                del self.run.timers[self]
 
 
 @attrs.define(eq=False)
@@ -245,6 +264,19 @@ class RunState:
     responses_stored: trio.Event = attrs.field(factory=trio.Event)
     aborted: BaseException | None = None  # a response did not decode: undo the resume
     observer: Observer | None = None  # receives live events (Engine.open_run)
+    # -- child runs (see _children) --
+    engine: Any = None  # the engine executing this run: tether.child() starts runs with it
+    #: the parent's, when this run executes as a child run inside its parent's execution
+    parent: RunState | None = None
+    # -- durable timers (see _timers) --
+    clock: Clock = attrs.field(factory=SystemClock)  # the engine's: what timers measure
+    #: under a worker, park the run when its next timer is more than this many
+    #: seconds off and every task waits; ``None`` (engine.run): never park
+    park_after: float | None = None
+    timers: dict[Wait, datetime] = attrs.field(factory=dict)  # timer waits now, with due times
+    wake_at: datetime | None = None  # once parked: when the run is due again
+    #: the last failed attempt of each step with a retry policy, from the loaded journal
+    failures: dict[str, Entry] = attrs.field(factory=dict)
     # -- ownership --
     token: int = 0  # the fencing token every write of this execution carries
     cancel_requested: bool = False  # engine.cancel reached this execution
@@ -267,26 +299,57 @@ class RunState:
     def task_done(self) -> None:
         """A tracked task finished (however it ended)."""
         self.live -= 1
-        if self.asking:  # else nothing can settle (see _check_settled)
+        if self.asking or self.timers:  # else nothing can settle (see _check_settled)
             self._check_settled()
 
     def wait(self, request: Request | None = None) -> Wait:
         """A wait of the current task that other tracked tasks end; see :class:`Wait`."""
         return Wait(self, request)
 
+    def timer(self, due: datetime) -> Wait:
+        """A wait of the current task for the durable timer *due*; see :class:`Wait`."""
+        return Wait(self, due=due)
+
     def _check_settled(self) -> None:
-        # Every live task is finished or waiting, and someone waits in ask():
-        # nothing can ever answer it in this execution. Settle: cancel the
-        # run scope (framework-owned, so completed saves drain) and pause.
+        # Only when every live task is finished or waiting can the run settle.
         if (
-            self.asking
-            and self.settled is None
-            and self.aborted is None
-            and self.idle >= self.live
-            and self.run_scope is not None
+            not (self.asking or self.timers)
+            or self.settled is not None
+            or self.aborted is not None
+            or self.idle < self.live
+            or self.run_scope is None
         ):
-            self.settled = tuple(sorted(self.asking.values(), key=_key_order))
+            return
+        if self.asking:
+            # Someone waits in ask(), and nothing in this execution can ever
+            # answer it, unless a timer wakes a task first. Settle: cancel the
+            # run scope (framework-owned, so completed saves drain) and pause.
+            if not self.timers:
+                self.settled = tuple(sorted(self.asking.values(), key=_key_order))
+                self.run_scope.cancel()
+            return
+        # Only timers wake the run now. Under a worker, a wake-up far off is
+        # not worth a lease and a slot: park until then (the earliest timer).
+        # Time passing only brings it closer, so checking when a task starts
+        # waiting or ends is enough.
+        if self.park_after is None:
+            return
+        wake_at = min(self.timers.values())
+        if (wake_at - self.clock.now()).total_seconds() > self.park_after:
+            self.settled = ()
+            self.wake_at = wake_at
             self.run_scope.cancel()
+
+    async def sleep_until(self, due: datetime) -> None:
+        """Sleep until the engine's clock reads *due*, as a durable timer's wait.
+
+        A plain ``trio.sleep`` of what remains (a checkpoint, at once when
+        *due* has passed), cancelled like one. It does not keep the run from
+        settling: under a worker it may park the run, which cancels this
+        sleep (framework-owned); see :meth:`_check_settled`.
+        """
+        with self.timer(due):
+            await sleep_until(self.clock, due)
 
     def abort(self, exc: BaseException) -> None:
         """Stop this execution and undo the resume that started it (bad response)."""

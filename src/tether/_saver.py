@@ -38,6 +38,7 @@ save, status writes, end hooks. :meth:`Saver.cancel_by_caller` lifts them.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, final
@@ -192,6 +193,9 @@ class Saver:
         self.lose: Callable[[LeaseLostError], None] | None = None
         #: where the saver task runs: the execution's guard nursery
         self.nursery: trio.Nursery | None = None
+        #: a child run's (tether.child): its parent execution's saver, whose run's
+        #: own cancellation reaches this execution's nursery too (see _drain)
+        self.outer: Saver | None = None
         self._nowait = nowait_append(store)
         #: the seq the run's next entry gets, when the store takes it at once
         #: (see start_numbering); ``None``: entries are built without one
@@ -353,6 +357,21 @@ class Saver:
 
     async def _drain(self) -> None:
         """The saver task: append what is queued, one batch per call, until nothing is."""
+        outer = self.outer
+        if outer is None:
+            await self._drain_queue()
+            return
+        # A child run's saver task sits inside its parent's run: shielded from
+        # that run's own cancellation, as the parent's saves are, not from the
+        # parent's caller (the parent's watcher lifts the shield).
+        scope = outer.tracked_scope(math.inf)
+        try:
+            with scope:
+                await self._drain_queue()
+        finally:
+            outer.shields.discard(scope)
+
+    async def _drain_queue(self) -> None:
         try:
             while self._queue and not self.caller_cancelled:
                 batch, self._queue = self._queue, []
@@ -435,6 +454,20 @@ class Saver:
         parked.task = trio.lowlevel.current_task()
         self._parked[parked] = None
         return await trio.lowlevel.wait_task_rescheduled(parked.abort)
+
+    def keep_waiting(self, task: trio.lowlevel.Task, raise_cancel: Callable[[], Any]) -> Parked:
+        """Track a wait of *task* that the run's own cancellation did not end, as :meth:`park` does.
+
+        For a task blocked elsewhere whose abort refused this run's own
+        cancellation (a child run's watcher, see ``Execution``):
+        :meth:`cancel_by_caller` ends its wait with *raise_cancel*, and
+        :meth:`wake` with anything else.
+        """
+        parked = Parked(self)
+        parked.task = task
+        parked.raise_cancel = raise_cancel
+        self._parked[parked] = None
+        return parked
 
     def wake(self, parked: Parked, result: outcome.Outcome[Any]) -> None:
         """End *parked*'s wait with *result* (nothing, if its wait has ended already)."""

@@ -15,7 +15,8 @@ owner, like leases: several workers on one engine advertise, together, the
 union of what they serve.
 
 :func:`stranded_records` reads the live advertisements, then the runs that
-wait for a worker (``queued``, or ``running`` without a live lease), and
+wait for a worker (``queued``, ``waiting`` on a timer, or ``running``
+without a live lease), and
 keeps those whose pair nobody serves (:func:`tether.stores.stranded`). With
 no worker alive, every waiting run is stranded: nobody will claim it.
 
@@ -50,7 +51,7 @@ log = logging.getLogger("tether.worker")
 
 #: Runs read per ``list_runs`` call while looking for stranded ones.
 _PAGE: Final = 1000
-_WAITING: Final = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
+_WAITING: Final = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING})
 
 #: The advertisers of the workers open in this process, by owner (engine).
 _open: dict[str, list[Advertiser]] = {}

@@ -6,7 +6,8 @@ The shape of one worker::
     └─ worker nursery
        ├─ claimer task       takes a slot, then claim_next (shielded, one write);
        │  │                  when nothing is dispatchable, waits for a change
-       │  │                  (engine.changes) or poll_interval; after claiming
+       │  │                  (engine.changes), poll_interval, or the wake-up of
+       │  │                  a run it parked, whichever is first; after claiming
        │  │                  a run's last chance (max_dispatches), waits until
        │  │                  that run ends
        │  ├─ advertiser      says in the store what the worker serves, every
@@ -22,6 +23,14 @@ caller cancellation of each run (saves in flight cut, no status written), and
 their leases are released at once (bounded by ``save_timeout``) so another
 worker takes them over without waiting for ``lease_ttl``.
 
+A run whose tasks all wait on durable timers, the next one due more than
+``park_after`` seconds away, *parks*: the execution stores it ``waiting``
+with that moment as ``wake_at`` and releases its lease in the same write,
+and its slot is free at once. ``claim_next`` takes it again, here or in any
+other worker, once ``wake_at`` has come on the claimer's clock
+(``engine.clock``, passed as ``now``); this worker wakes for the runs it
+parked at exactly that moment, and finds those others parked by polling.
+
 A claim is one write of the store (``claim_next``) that moves a run to
 ``running`` with this engine's lease; the lease, its renewal and its fencing
 are the engine's, exactly as for ``engine.run``. It takes only runs whose
@@ -31,10 +40,12 @@ workflow never takes a run started under version ``"1"``.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, Final
 
 import attrs
@@ -47,6 +58,7 @@ from ._ownership import owner_is_gone
 from ._requests import Paused
 from ._schedule import Schedule, check_schedules, serve_schedules
 from ._serving import Advertiser
+from ._timers import Waiting
 from ._workflow import Workflow
 from .stores._protocol import WORKER_METHODS, RunRecord, RunStatus, Served
 from .stores._queue import check_max_dispatches
@@ -74,17 +86,22 @@ class Worker:
     serves: frozenset[Served] = frozenset()
     #: the schedules it serves (submits each tick's run of)
     schedules: tuple[Schedule, ...] = ()
+    #: a run whose next durable timer is more than this many seconds away,
+    #: with every task waiting, parks (``waiting``: no lease, no slot)
+    park_after: float = 60.0
     #: run ids this worker executes now
     running: set[str] = attrs.field(factory=set)
     #: runs claimed since the worker started
     claimed: int = 0
-    #: runs that ended, by how: "completed", "failed", "paused", "cancelled",
-    #: "lease lost", "interrupted"
+    #: runs that ended, by how: "completed", "failed", "paused", "waiting"
+    #: (parked on a timer), "cancelled", "lease lost", "interrupted"
     outcomes: dict[str, int] = attrs.field(factory=dict)
     _slots: trio.Semaphore = attrs.field(init=False)
     _isolated_from: int = attrs.field(init=False)  # dispatches from which a run runs alone
     _gone: set[str] = attrs.field(factory=set)  # dead owners of running runs, last looked
     _gone_looked: float = -math.inf
+    _wakes: list[datetime] = attrs.field(factory=list)  # (a heap) wake_at of runs parked here
+    _claimed_at: datetime | None = None  # the engine's clock at the last claim
 
     def __attrs_post_init__(self) -> None:
         self._slots = trio.Semaphore(self.concurrency)
@@ -105,7 +122,7 @@ class Worker:
                 raise
             if record is None:
                 self._slots.release()
-                await changes.wait(seen, self.poll_interval)
+                await changes.wait(seen, self._idle_wait())
                 continue
             self.claimed += 1
             self.running.add(record.run_id)
@@ -123,6 +140,25 @@ class Worker:
                 # fewer than max_dispatches.
                 await ended.wait()
 
+    @property
+    def free_slots(self) -> int:
+        """How many more runs the worker can hold now (``concurrency`` minus those held)."""
+        return self._slots.value
+
+    def _idle_wait(self) -> float:
+        """Seconds to wait, nothing being dispatchable: ``poll_interval``, or less
+        when a run parked here is due sooner (on the engine's clock)."""
+        wakes = self._wakes
+        claimed = self._claimed_at
+        # Those due by the last claim were dispatchable then (taken by it, or
+        # by someone else, or gone): forget them. Those due since are not.
+        while wakes and claimed is not None and wakes[0] <= claimed:
+            heapq.heappop(wakes)
+        if not wakes:
+            return self.poll_interval
+        remaining = (wakes[0] - self.engine.clock.now()).total_seconds()
+        return min(self.poll_interval, max(0.0, remaining))
+
     async def _claim_one(self) -> RunRecord | None:
         """One claim, or ``None`` when nothing is dispatchable or the store failed.
 
@@ -137,10 +173,11 @@ class Worker:
             await trio.lowlevel.checkpoint()
             return None
         gone = await self._gone_owners()
+        now = self._claimed_at = engine.clock.now()
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(engine.save_timeout):
                 return await engine.leases.claim_next(
-                    served, max_dispatches=self.max_dispatches, gone=gone
+                    served, max_dispatches=self.max_dispatches, gone=gone, now=now
                 )
             log.warning("tether worker %s: a claim took over save_timeout", engine.owner)
         except Exception as exc:
@@ -189,10 +226,13 @@ class Worker:
         run_id = record.run_id
         how = "interrupted"
         try:
-            await self.engine.execute_claimed(record)
+            await self.engine.execute_claimed(record, park_after=self.park_after)
             how = "completed"
         except Paused:
             how = "paused"
+        except Waiting as parked:
+            how = "waiting"
+            heapq.heappush(self._wakes, parked.wake_at)
         except RunCancelledError:
             how = "cancelled"
         except LeaseLostError as exc:
@@ -235,13 +275,15 @@ async def open_worker(
     grace: float = 0.0,
     workflows: Iterable[Workflow[..., Any]] | None = None,
     schedules: Iterable[Schedule] = (),
+    park_after: float = 60.0,
 ) -> AsyncIterator[Worker]:
     """In the background of the block, claim queued and orphaned runs and execute them.
 
     The worker claims, oldest first, runs of the workflows defined in this
     process (each run only where its workflow's version is: see
-    ``@tether.workflow(version=)``) that are ``queued``, or ``running``
-    without a live lease (a
+    ``@tether.workflow(version=)``) that are ``queued``, ``waiting`` and due
+    (parked on their timers, see *park_after*), or ``running`` without a
+    live lease (a
     crashed owner, one gone from this machine, one that released the run
     after a caller cancellation, a worker that left), and executes them in
     *engine*, at most *concurrency* at once. It wakes at once on changes the
@@ -281,6 +323,14 @@ async def open_worker(
             (here too, unless *workflows* leaves their workflow out). Store
             errors are retried and logged; see ``tether.schedule`` for missed
             ticks.
+        park_after: seconds. A run whose every task waits (on durable
+            timers, ``tether.sleep`` or a retry's backoff, or for other
+            tasks), none in ``tether.ask``, and whose next timer is due more
+            than this far off on ``engine.clock``, *parks*: it is stored
+            ``waiting`` with that moment as its ``wake_at``, its lease
+            released in the same write, and its slot freed; any worker
+            claims it again once it is due (this one wakes for it then).
+            ``math.inf``: never park (the run sleeps holding its slot).
 
     Leaving the block stops claiming, waits up to *grace*, then cancels the
     runs still held as a caller cancellation (prompt, no status written) and
@@ -319,6 +369,7 @@ async def open_worker(
         poll_interval=_check("poll_interval", poll_interval, positive=True),
         grace=_check("grace", grace, positive=False),
         schedules=timetable,
+        park_after=_check("park_after", park_after, positive=False),
     )
     advertiser = Advertiser(
         engine.store,

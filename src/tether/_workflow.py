@@ -16,6 +16,7 @@ from . import _context
 from ._codec import Signature
 from ._context import call_step as _call_step
 from ._errors import UsageError, WorkflowNotFoundError
+from ._retry import Retry
 
 __all__ = ("Step", "StreamStep", "Workflow", "lookup_workflow", "step", "stream_step", "workflow")
 
@@ -61,6 +62,8 @@ class Step(Generic[P, R_co]):
     _tether_is_step: ClassVar[bool] = True
     timeout: float | None = None
     key: str | None = None  #: a fixed key set by :meth:`with_key`
+    #: the retry policy (``@tether.step(retry=...)``); ``None`` with ``retries`` alone
+    retry: Retry | None = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
         return _call_step(self, args, kwargs, self.key)
@@ -136,11 +139,23 @@ class Workflow(Generic[P, R_co]):
 
 
 def _make_step(
-    fn: Callable[P, Awaitable[R]], name: str | None, retries: int, timeout: float | None
+    fn: Callable[P, Awaitable[R]],
+    name: str | None,
+    retries: int,
+    timeout: float | None,
+    retry: Retry | None = None,
 ) -> Step[P, R]:
     _check_async(fn, "tether.step")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise UsageError(f"retries must be a non-negative int, not {retries!r}")
+    if retry is not None and not isinstance(retry, Retry):
+        raise UsageError(f"retry= takes a tether.Retry(...) policy, not {retry!r}")
+    if retry is not None and retries:
+        raise UsageError(
+            f"@tether.step takes retries= (immediate retries) or retry= (a policy), not "
+            f"both; for {retries} immediate retries with a policy, use "
+            f"retry=tether.Retry(attempts={retries + 1}, initial=0)"
+        )
     if timeout is not None and not (
         isinstance(timeout, int | float) and timeout > 0 and not math.isnan(timeout)
     ):
@@ -148,14 +163,18 @@ def _make_step(
     name = fn.__name__ if name is None else name
     if not isinstance(name, str) or not name or "/" in name or "#" in name:
         raise UsageError(f"a step name is a non-empty string without '/' or '#', not {name!r}")
-    return Step(fn, name, Signature(fn), retries, timeout)
+    return Step(fn, name, Signature(fn), retries, timeout, retry=retry)
 
 
 @overload
 def step(fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
 @overload
 def step(
-    *, name: str | None = None, retries: int = 0, timeout: float | None = None
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
+    retry: Retry | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]: ...
 def step(
     fn: Callable[P, Awaitable[R]] | None = None,
@@ -164,24 +183,34 @@ def step(
     name: str | None = None,
     retries: int = 0,
     timeout: float | None = None,
+    retry: Retry | None = None,
 ) -> Step[P, R] | Callable[[Callable[P, Awaitable[R]]], Step[P, R]]:
     """Mark an ``async def`` as a journaled step.
 
     Args:
         name: the name used in journal keys (default: the function's name).
-        retries: how many times to re-run the step after it raises an
-            ``Exception`` (cancellation is never retried). Default 0.
+        retries: how many times to re-run the step at once after it raises
+            an ``Exception`` (cancellation is never retried). Default 0.
+            Failed attempts are not journaled.
         timeout: seconds each attempt may take; an attempt that overruns is
             cancelled and fails with :exc:`trio.TooSlowError` (retried if
-            ``retries`` allows). Default: no limit.
+            ``retries`` or ``retry`` allows). Default: no limit.
+        retry: a :class:`tether.Retry` policy instead of ``retries``:
+            attempts, backoff, jitter, which errors. Each failed attempt is
+            journaled with its error and when the next one is due, and the
+            backoff is a durable timer: a crash or a restart neither resets
+            it nor retries early, and under a worker a long one parks the run.
+
+    Raises:
+        UsageError: an invalid option, or both ``retries`` and ``retry``.
 
     The return annotation is the type the result is decoded into on replay;
     an unannotated step may return only JSON primitives (dict, list, str,
     int, float, bool, None).
     """
     if fn is not None:
-        return _make_step(fn, name, retries, timeout)
-    return lambda f: _make_step(f, name, retries, timeout)
+        return _make_step(fn, name, retries, timeout, retry)
+    return lambda f: _make_step(f, name, retries, timeout, retry)
 
 
 def _make_stream_step(fn: Callable[P, AsyncIterator[R]], name: str | None) -> StreamStep[P, R]:

@@ -45,6 +45,7 @@ import trio
 from ._errors import RunCancelledError, StreamClosed
 from ._hooks import HookEvent
 from ._requests import Paused
+from ._timers import Waiting
 from ._version import __version__
 
 try:
@@ -97,6 +98,8 @@ def _run_outcome(exc: BaseException | None) -> str:
         return "completed"
     if isinstance(exc, Paused):
         return "paused"
+    if isinstance(exc, Waiting):
+        return "waiting"  # parked by a worker on its timers
     if isinstance(exc, RunCancelledError):
         return "cancelled"
     if isinstance(exc, Exception):

@@ -45,10 +45,12 @@ from ._queue import DEAD_LETTER_ERROR as DEAD_LETTER_ERROR
 from ._queue import Dispatch as Dispatch
 from ._queue import RunFilter as RunFilter
 from ._queue import check_max_dispatches as check_max_dispatches
+from ._queue import check_now as check_now
 from ._queue import check_run_filter as check_run_filter
 from ._queue import check_served as check_served
 from ._queue import decide_dispatch as decide_dispatch
 from ._queue import dispatchable as dispatchable
+from ._queue import due as due
 from ._queue import serves as serves
 from ._queue import stranded as stranded
 from ._queue import waiting as waiting
@@ -88,6 +90,7 @@ __all__ = (
     "check_append",
     "check_delete",
     "check_max_dispatches",
+    "check_now",
     "check_owner",
     "check_run_filter",
     "check_served",
@@ -96,6 +99,7 @@ __all__ = (
     "decide_claim",
     "decide_dispatch",
     "dispatchable",
+    "due",
     "dumps_record",
     "dumps_served",
     "entry_checksum",

@@ -109,6 +109,7 @@ from ._protocol import (
 )
 from ._queue import (
     check_max_dispatches,
+    check_now,
     check_run_filter,
     check_served,
     decide_dispatch,
@@ -805,6 +806,7 @@ class FileStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run (see the protocol).
 
@@ -826,6 +828,7 @@ class FileStore:
             check_served(workflows),
             max_dispatches,
             frozenset(gone),
+            check_now(now),
         )
         return result
 
@@ -836,15 +839,16 @@ class FileStore:
         workflows: frozenset[Served],
         max_dispatches: int,
         gone: frozenset[str],
+        now: datetime,
     ) -> RunRecord | None:
         for listed in self._list_sync():
-            if not dispatchable(listed, workflows=workflows, gone=gone):
+            if not dispatchable(listed, workflows=workflows, gone=gone, now=now):
                 continue
             with self._locked_or_none(listed.run_id) as folder:
                 if folder is None:
                     continue  # deleted since it was listed
                 current = self._read_run(listed.run_id, folder)
-                if not dispatchable(current, workflows=workflows, gone=gone):
+                if not dispatchable(current, workflows=workflows, gone=gone, now=now):
                     continue  # claimed or changed since it was listed
                 decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
                 expires = time.time() + ttl

@@ -59,6 +59,7 @@ _RESUMABLE = frozenset(
         RunStatus.PAUSED,
         RunStatus.FAILED,
         RunStatus.DEAD_LETTER,
+        RunStatus.WAITING,
     }
 )
 
@@ -146,7 +147,8 @@ def decide_claim(
     - completed: nothing is written; the stored record is returned;
     - held by another live owner (unless its token is *takeover*): RunConflictError;
     - otherwise the token grows by one, the owner is *owner*, and a paused,
-      failed or interrupted run is ``running`` again (error and requests cleared).
+      failed, waiting or interrupted run is ``running`` again (error, requests
+      and ``wake_at`` cleared).
     """
     now = now or utcnow()
     if current is None:
@@ -194,6 +196,7 @@ def decide_claim(
         updated_at=now,
         lease_expires_at=None,
         dispatches=0,
+        wake_at=None,
     )
     return ClaimDecision(record, result=record)
 
@@ -213,7 +216,7 @@ def version_conflict(current: RunRecord, version: str | None) -> RunConflictErro
 
 
 def cancelled_record(current: RunRecord, now: datetime) -> RunRecord:
-    """*current* stored as ``cancelled``: released, its requests cleared."""
+    """*current* stored as ``cancelled``: released, its requests and wake-up cleared."""
     return attrs.evolve(
         current,
         status=RunStatus.CANCELLED,
@@ -222,6 +225,7 @@ def cancelled_record(current: RunRecord, now: datetime) -> RunRecord:
         cancel_requested=True,
         updated_at=now,
         lease_expires_at=None,
+        wake_at=None,
     )
 
 
@@ -245,8 +249,8 @@ def _fenced(current: int, owner: str | None, token: int) -> bool:
 def fenced_update(current: RunRecord | None, incoming: RunRecord) -> RunRecord:
     """The record to store for ``update_run(incoming)``, given the one read in the same step.
 
-    A recorded cancel is kept; once it is there, a ``failed`` or ``paused``
-    outcome is stored as ``cancelled`` (a ``completed`` one stands: the cancel
+    A recorded cancel is kept; once it is there, a ``failed``, ``paused`` or
+    ``waiting`` outcome is stored as ``cancelled`` (a ``completed`` one stands: the cancel
     came too late). A ``cancelled`` record releases the lease.
 
     Raises:
@@ -263,7 +267,7 @@ def fenced_update(current: RunRecord | None, incoming: RunRecord) -> RunRecord:
     status = incoming.status
     if status is RunStatus.COMPLETED:
         cancel = False
-    elif cancel and status in (RunStatus.FAILED, RunStatus.PAUSED):
+    elif cancel and status in (RunStatus.FAILED, RunStatus.PAUSED, RunStatus.WAITING):
         return cancelled_record(incoming, incoming.updated_at)
     elif status is RunStatus.CANCELLED:
         return attrs.evolve(

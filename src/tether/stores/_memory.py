@@ -23,6 +23,7 @@ from ._leases import (
 from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd
 from ._queue import (
     check_max_dispatches,
+    check_now,
     check_run_filter,
     check_served,
     decide_dispatch,
@@ -114,15 +115,17 @@ class MemoryStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
         served = check_served(workflows)
+        now = check_now(now)
         await trio.lowlevel.checkpoint()
         for stored in list(self._runs.values()):
             current = self._read(stored)
-            if not dispatchable(current, workflows=served, gone=gone):
+            if not dispatchable(current, workflows=served, gone=gone, now=now):
                 continue
             decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
             self._set(decision.store)

@@ -1,6 +1,6 @@
 """A store on PostgreSQL: pooled sync connections in worker threads, group commit.
 
-Layout (schema version 2, kept in ``{schema}.tether_schema``), in a
+Layout (schema version 3, kept in ``{schema}.tether_schema``), in a
 PostgreSQL schema of its own (``schema=``, default ``tether``)::
 
     tether_schema(version integer)              -- one row: the schema version
@@ -10,7 +10,8 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
          status text, workflow text,            -- copies for listings and workers,
                                                 -- indexed with id
          owner text, token bigint, cancel boolean,  -- copies of data's lease fields
-         version text)                          -- copy of the workflow version
+         version text,                          -- copy of the workflow version
+         wake_at timestamptz)                   -- copy of a waiting run's wake_at, indexed
     entries(run_id text, seq integer,
             ikey text,                          -- Entry.idempotency_key
             data text,                          -- Entry.to_json(), JSON text
@@ -63,6 +64,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import trio
@@ -74,7 +76,7 @@ from ._postgres_sql import statements
 from ._postgres_tables import Tables
 from ._postgres_writer import Writer, _Job
 from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd, dumps_record
-from ._queue import check_max_dispatches, check_run_filter, check_served
+from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
 from ._rows import Appending, encode_append
 
 if TYPE_CHECKING:
@@ -395,9 +397,12 @@ class PostgresStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run (one transaction; see the protocol).
 
+        A waiting run is due by *now*, the claimer's clock (not the
+        database's: the claimer's engine measured its timers on it).
         Candidates are locked with ``FOR UPDATE SKIP LOCKED``, so concurrent
         workers never wait for each other and never take the same run;
         expired leases are found by the same query. A retry after an unclear
@@ -412,6 +417,7 @@ class PostgresStore:
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
         served, dead = check_served(workflows), sorted(set(gone))
+        clock = check_now(now)
         if not served:
             await trio.lowlevel.checkpoint()
             return None
@@ -427,6 +433,7 @@ class PostgresStore:
                 dead=dead,
                 max_dispatches=max_dispatches,
                 attempt=attempt,
+                now=clock,
             ),
         )
 

@@ -16,11 +16,15 @@ if TYPE_CHECKING:
 __all__ = ("ADVISORY_LOCK_CLASS", "SCHEMA_VERSION", "Statements", "statements")
 
 #: The schema version this tether writes and reads (``{schema}.tether_schema``).
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 #: The first key of the advisory lock that serializes migrations; the second is
 #: ``hashtext(schema)``, so stores in other schemas migrate independently.
 ADVISORY_LOCK_CLASS: Final = 0x7E7E_7E01
+
+# When a waiting run (parked on a timer) is due, for workers' claims; only
+# waiting runs have one, so the index holds only them.
+_WAKE_INDEX: Final = "CREATE INDEX runs_wake ON {s}.runs (wake_at) WHERE status = 'waiting'"
 
 _WORKERS: Final = """CREATE TABLE {s}.workers (
         owner text PRIMARY KEY,
@@ -40,12 +44,14 @@ _CREATE: Final = (
         owner text,
         token bigint NOT NULL DEFAULT 0,
         cancel boolean NOT NULL DEFAULT false,
-        version text
+        version text,
+        wake_at timestamptz
     )""",
     "CREATE INDEX runs_status ON {s}.runs (status, id)",
     "CREATE INDEX runs_workflow ON {s}.runs (workflow, id)",
     "CREATE INDEX runs_owner ON {s}.runs (owner) WHERE owner IS NOT NULL",
     "CREATE INDEX runs_dispatchable ON {s}.runs (id) WHERE status IN ('queued', 'running')",
+    _WAKE_INDEX,
     """CREATE TABLE {s}.entries (
         run_id text NOT NULL,
         seq integer NOT NULL,
@@ -69,6 +75,9 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # advertisements, kept apart from leases. No index for the version: a
     # workflow has few versions, and the (workflow, id) index narrows to it.
     1: ("ALTER TABLE {s}.runs ADD COLUMN version text", _WORKERS),
+    # 2 -> 3: the wake_at column of waiting runs (no other run has one: NULL
+    # is right for every stored row), and its index.
+    2: ("ALTER TABLE {s}.runs ADD COLUMN wake_at timestamptz", _WAKE_INDEX),
 }
 
 # A run row with its owner's lease expiry and whether it is live, on the database's clock.
@@ -99,12 +108,13 @@ _TEXT: Final = {
     "run_id_of": "SELECT id FROM {s}.runs WHERE run_id = %s",
     "list_runs": _SELECT_RUN,
     "insert_run": """
-        INSERT INTO {s}.runs (data, status, workflow, owner, token, cancel, version, run_id)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING id
+        INSERT INTO {s}.runs (data, status, workflow, owner, token, cancel, version, wake_at,
+            run_id)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING id
     """,
     "put_run": """
         UPDATE {s}.runs SET data = %s, status = %s, workflow = %s, owner = %s, token = %s,
-        cancel = %s, version = %s WHERE run_id = %s
+        cancel = %s, version = %s, wake_at = %s WHERE run_id = %s
     """,
     "run_data": "SELECT data FROM {s}.runs WHERE run_id = %s",
     "set_owner": _SET_OWNER,
@@ -130,7 +140,9 @@ _TEXT: Final = {
             SELECT * FROM unnest(%s::text[], %s::text[]))
         AND (r.status = 'queued' OR (r.status = 'running' AND (
             r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
-            OR r.owner = ANY(%s)))) AND r.run_id <> ALL(%s)
+            OR r.owner = ANY(%s)))
+            OR (r.status = 'waiting' AND (r.wake_at IS NULL OR r.wake_at <= %s)))
+        AND r.run_id <> ALL(%s)
         ORDER BY r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED
     """,
     "notify": "SELECT pg_notify(%s, '')",

@@ -69,6 +69,7 @@ def _run_params(record: RunRecord) -> tuple[object, ...]:
         record.token,
         record.cancel_requested,
         record.version,
+        record.wake_at,
         record.run_id,
     )
 
@@ -226,6 +227,7 @@ class Tables:
         dead: list[str],
         max_dispatches: int,
         attempt: str,
+        now: datetime,
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run, recorded as *attempt*'s."""
         names = sorted({name for name, _ in served})
@@ -240,12 +242,14 @@ class Tables:
             passed: list[str] = []
             while True:
                 row = conn.execute(
-                    self.sql.dispatchable, (names, pair_names, pair_versions, dead, passed)
+                    self.sql.dispatchable, (names, pair_names, pair_versions, dead, now, passed)
                 ).fetchone()
                 if row is None:
                     return None
                 current = self.read_run(conn, row[0])
-                if current is None or not dispatchable(current, workflows=served, gone=dead):
+                if current is None or not dispatchable(
+                    current, workflows=served, gone=dead, now=now
+                ):
                     passed.append(row[0])
                     continue
                 decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)

@@ -52,8 +52,9 @@ __all__ = (
 #: Version of the record format; stored with every run. Version 2 added the
 #: lease fields of run records and the fencing token and checksum of entries;
 #: version 3 the ``dispatches`` count of run records; version 4 their workflow
-#: ``version``. Records and entries of older versions stay readable.
-FORMAT_VERSION = 4
+#: ``version``; version 5 their ``wake_at``. Records and entries of older
+#: versions stay readable.
+FORMAT_VERSION = 5
 
 
 def utcnow() -> datetime:
@@ -74,6 +75,10 @@ class RunStatus(enum.StrEnum):
     #: time its worker died): set aside so it cannot crash-loop the fleet;
     #: ``engine.resume`` executes it again
     DEAD_LETTER = "dead_letter"
+    #: parked by a worker while its tasks wait on durable timers (``tether.sleep``,
+    #: a retry's backoff): no lease, no worker slot; any worker claims it once
+    #: ``wake_at`` has come; ``engine.run``/``resume`` continue it at once
+    WAITING = "waiting"
 
 
 class EntryKind(enum.StrEnum):
@@ -84,6 +89,12 @@ class EntryKind(enum.StrEnum):
     RESPONSE = "response"
     #: a ``tether.patched()`` marker: the run took the new path of a change
     MARKER = "marker"
+    #: a ``tether.child()`` call: the child run it started (its id, workflow and
+    #: version, JSON), journaled before the child run is created
+    CHILD = "child"
+    #: a durable timer (``tether.sleep``): its value is the due time, journaled
+    #: when the timer starts
+    TIMER = "timer"
 
 
 class EntryStatus(enum.StrEnum):
@@ -346,6 +357,9 @@ class RunRecord:
     #: the version of the workflow that started the run (``None``: unversioned,
     #: and every run stored before format version 4)
     version: str | None = None
+    #: when a ``waiting`` run is due (timezone-aware): workers claim it from
+    #: then on; ``None`` for every other status
+    wake_at: datetime | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -368,6 +382,7 @@ class RunRecord:
             "cancel_requested": self.cancel_requested,
             "dispatches": self.dispatches,
             "version": self.version,
+            "wake_at": None if self.wake_at is None else self.wake_at.isoformat(),
             "format_version": FORMAT_VERSION,
         }
 
@@ -402,6 +417,9 @@ class RunRecord:
         workflow_version = _opt_str(d, "version", "run record") if "version" in d else None
         if workflow_version == "":
             raise RecordDecodeError("run record field 'version' must not be empty")
+        wake_at = None
+        if d.get("wake_at") is not None:
+            wake_at = _time(d, "wake_at", "run record")
         return cls(
             run_id=_str(d, "run_id", "run record"),
             workflow=_str(d, "workflow", "run record"),
@@ -417,6 +435,7 @@ class RunRecord:
             cancel_requested=cancel,
             dispatches=dispatches,
             version=workflow_version,
+            wake_at=wake_at,
             format_version=version,
         )
 
@@ -523,11 +542,13 @@ _RUN_FIELDS_V1 = (
 )
 _RUN_FIELDS_V2 = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
 _RUN_FIELDS_V3 = (*_RUN_FIELDS_V2, "dispatches")
+_RUN_FIELDS_V4 = (*_RUN_FIELDS_V3, "version")
 _RUN_FIELDS_BY_VERSION: Final = {
     1: _RUN_FIELDS_V1,
     2: _RUN_FIELDS_V2,
     3: _RUN_FIELDS_V3,
-    4: (*_RUN_FIELDS_V3, "version"),
+    4: _RUN_FIELDS_V4,
+    5: (*_RUN_FIELDS_V4, "wake_at"),
 }
 
 E = TypeVar("E", bound=enum.Enum)
@@ -872,6 +893,7 @@ class WorkerStore(Store, Protocol):
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         """A worker's claim: take the lease of the oldest dispatchable run, in one atomic step.
 
@@ -883,7 +905,10 @@ class WorkerStore(Store, Protocol):
 
         Dispatchable (:func:`dispatchable
         <tether.stores.dispatchable>`): a run of one of *workflows* that is
-        ``queued``, or ``running`` without a live lease (no owner, its
+        ``queued``, ``waiting`` with a ``wake_at`` no later than *now* (the
+        claiming engine's clock, validated by :func:`check_now
+        <tether.stores.check_now>`; ``None``: the wall clock), or
+        ``running`` without a live lease (no owner, its
         owner's lease expired, or its owner is one of *gone*, owners the
         caller knows to be dead). Candidates are taken oldest first and
         decided by :func:`decide_dispatch <tether.stores.decide_dispatch>`:

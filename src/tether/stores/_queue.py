@@ -10,8 +10,9 @@ these pure functions, and writes what it returns in that same step:
 - :func:`check_served` validates the ``(workflow, version)`` pairs a worker
   serves; :func:`serves` says whether a run is one of them (a run matches
   only its own version);
-- :func:`dispatchable` says which runs a worker's ``claim_next`` may take,
-  and :func:`stranded` which waiting runs no live worker serves;
+- :func:`dispatchable` says which runs a worker's ``claim_next`` may take
+  (a ``waiting`` run once :func:`due`), and :func:`stranded` which waiting
+  runs no live worker serves;
 - :func:`decide_dispatch` what taking one writes: the claim, or, for a run
   with a recorded cancel or one that keeps killing its workers, its final
   ``cancelled`` or ``dead_letter`` record.
@@ -35,10 +36,12 @@ __all__ = (
     "Dispatch",
     "RunFilter",
     "check_max_dispatches",
+    "check_now",
     "check_run_filter",
     "check_served",
     "decide_dispatch",
     "dispatchable",
+    "due",
     "serves",
     "stranded",
     "waiting",
@@ -172,28 +175,46 @@ def serves(workflows: Collection[Served | str], record: RunRecord) -> bool:
 
 
 def waiting(record: RunRecord, *, gone: Collection[str]) -> bool:
-    """Whether *record* waits for a worker: ``queued``, or ``running`` without a live lease.
+    """Whether *record* waits for a worker: ``queued``, ``waiting`` (parked on a
+    timer, due or not), or ``running`` without a live lease.
 
     Released, its owner's lease expired (``lease_expires_at`` unset), or its
     owner among *gone* (known dead). Never a paused, failed, completed,
     cancelled or dead-letter run: those need ``resume``.
     """
-    if record.status is RunStatus.QUEUED:
+    status = record.status
+    if status is RunStatus.QUEUED or status is RunStatus.WAITING:
         return True
-    return record.status is RunStatus.RUNNING and (
+    return status is RunStatus.RUNNING and (
         record.owner is None or record.lease_expires_at is None or record.owner in gone
     )
 
 
+def due(record: RunRecord, now: datetime) -> bool:
+    """Whether *record* may be claimed at *now*: any run but a ``waiting`` one whose
+    ``wake_at`` is later than *now* (one without a ``wake_at`` is due)."""
+    return record.status is not RunStatus.WAITING or record.wake_at is None or record.wake_at <= now
+
+
 def dispatchable(
-    record: RunRecord, *, workflows: Collection[Served | str], gone: Collection[str]
+    record: RunRecord,
+    *,
+    workflows: Collection[Served | str],
+    gone: Collection[str],
+    now: datetime | None = None,
 ) -> bool:
     """Whether a worker's ``claim_next`` may take *record* (read in the atomic step).
 
     A run that :func:`waiting` says waits for a worker, whose workflow and
-    version are among *workflows* (:func:`serves`).
+    version are among *workflows* (:func:`serves`), and that is :func:`due`
+    at *now*: the claiming worker's clock, as ``claim_next(now=)`` got it
+    (``None``: the wall clock).
     """
-    return serves(workflows, record) and waiting(record, gone=gone)
+    return (
+        serves(workflows, record)
+        and waiting(record, gone=gone)
+        and due(record, utcnow() if now is None else now)
+    )
 
 
 def stranded(record: RunRecord, *, served: Collection[Served | str], gone: Collection[str]) -> bool:
@@ -261,8 +282,22 @@ def decide_dispatch(
         requests=(),
         updated_at=now,
         lease_expires_at=None,
+        wake_at=None,
     )
     return Dispatch(claimed, claimed=True)
+
+
+def check_now(now: object) -> datetime:
+    """``claim_next``'s *now*, validated: a timezone-aware datetime (``None``: the wall clock).
+
+    Raises:
+        UsageError: anything else.
+    """
+    if now is None:
+        return utcnow()
+    if not isinstance(now, datetime) or now.utcoffset() is None:
+        raise UsageError(f"now must be a timezone-aware datetime or None, not {now!r:.100}")
+    return now
 
 
 def check_max_dispatches(value: object) -> int:

@@ -1,6 +1,6 @@
 """A durable store in one SQLite file: one writer thread, group commit.
 
-Layout (schema version 4, kept in ``PRAGMA user_version``)::
+Layout (schema version 5, kept in ``PRAGMA user_version``)::
 
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
          run_id TEXT NOT NULL UNIQUE,
@@ -8,7 +8,9 @@ Layout (schema version 4, kept in ``PRAGMA user_version``)::
          owner TEXT, token INTEGER, cancel INTEGER,  -- copies of data's lease fields
          status TEXT, workflow TEXT,               -- copies for listing and workers,
                                                    -- indexed with id
-         version TEXT)                             -- copy of the workflow version
+         version TEXT,                             -- copy of the workflow version
+         wake_at REAL)                             -- copy of a waiting run's wake_at,
+                                                   -- Unix time, indexed
     entries(run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             ikey TEXT NOT NULL,                    -- Entry.idempotency_key
             data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
@@ -113,6 +115,7 @@ from ._protocol import (
 )
 from ._queue import (
     check_max_dispatches,
+    check_now,
     check_run_filter,
     check_served,
     decide_dispatch,
@@ -125,7 +128,7 @@ __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 T = TypeVar("T")
 
 #: The schema version this tether writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -168,11 +171,18 @@ _MIGRATE_4 = """
 ALTER TABLE runs ADD COLUMN version TEXT;
 CREATE TABLE workers (owner TEXT PRIMARY KEY, serves TEXT NOT NULL, expires REAL NOT NULL);
 """
+# Version 4 -> 5: when a waiting run (parked on a timer) is due, for workers'
+# claims; only waiting runs have one, so the index holds only them.
+_MIGRATE_5 = """
+ALTER TABLE runs ADD COLUMN wake_at REAL;
+CREATE INDEX runs_wake ON runs (wake_at) WHERE status = 'waiting';
+"""
 _MIGRATIONS: Final = {
-    0: _SCHEMA + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
-    1: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4,
-    2: _MIGRATE_3 + _MIGRATE_4,
-    3: _MIGRATE_4,
+    0: _SCHEMA + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    1: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    2: _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
+    3: _MIGRATE_4 + _MIGRATE_5,
+    4: _MIGRATE_5,
 }
 
 _INSERT_ENTRY = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
@@ -186,12 +196,12 @@ _SELECT_RUN = """
 SELECT r.id, r.run_id, r.data, o.expires FROM runs r LEFT JOIN owners o ON o.owner = r.owner
 """
 _PUT_RUN = """
-UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?, version = ?
-WHERE run_id = ?
+UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?, version = ?,
+wake_at = ? WHERE run_id = ?
 """
 _INSERT_RUN = """
-INSERT INTO runs (data, owner, token, cancel, status, workflow, version, run_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO runs (data, owner, token, cancel, status, workflow, version, wake_at, run_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 # Candidates for a worker's claim, oldest first (see dispatchable(), which decides).
 _DISPATCHABLE = (
@@ -199,7 +209,8 @@ _DISPATCHABLE = (
     + """
 WHERE r.workflow IN ({workflows}) AND (r.workflow, COALESCE(r.version, '')) IN (VALUES {pairs})
 AND (r.status = 'queued' OR (r.status = 'running' AND (
-    r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone}))))
+    r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone})))
+    OR (r.status = 'waiting' AND (r.wake_at IS NULL OR r.wake_at <= ?)))
 ORDER BY r.id LIMIT 32
 """
 )
@@ -251,6 +262,7 @@ def _run_row(record: RunRecord) -> tuple[object, ...]:
         record.status.value,
         record.workflow,
         record.version,
+        None if record.wake_at is None else record.wake_at.timestamp(),
         record.run_id,
     )
 
@@ -552,6 +564,7 @@ class SQLiteStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         """A worker's claim of the oldest dispatchable run (one transaction; see the protocol).
 
@@ -561,6 +574,7 @@ class SQLiteStore:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
+        clock = check_now(now)  # the claimer's: when waiting runs are due
         served, dead = check_served(workflows), sorted(set(gone))
         names = sorted({name for name, _ in served})
         if not names:
@@ -577,18 +591,21 @@ class SQLiteStore:
         def write(conn: sqlite3.Connection) -> RunRecord | None:
             while True:
                 now = time.time()
-                rows = conn.execute(query, (*names, *pairs, now, *dead)).fetchall()
-                if not rows:
-                    return None
+                params = (*names, *pairs, now, *dead, clock.timestamp())
+                rows = conn.execute(query, params).fetchall()
+                decided = False
                 for row in rows:
                     current = self._decode_run(row, now)
-                    if not dispatchable(current, workflows=served, gone=dead):
+                    if not dispatchable(current, workflows=served, gone=dead, now=clock):
                         continue
                     decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
                     self._put_run(conn, decision.store)
+                    decided = True
                     if decision.claimed:
                         conn.execute(_SET_OWNER, (owner, now + ttl))
                         return attrs.evolve(decision.store, lease_expires_at=_time_of(now + ttl))
+                if not decided:  # (the rows the query found were no candidates after all)
+                    return None
 
         result: RunRecord | None = await self._write(write, "claiming a queued run")
         return result

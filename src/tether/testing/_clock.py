@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final, TypeVar, cast, final
 
 import outcome
@@ -136,6 +137,7 @@ class ClockHoldingStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         claim_next = cast(WorkerStore, self.inner).claim_next
         result: RunRecord | None = await self._held(
@@ -145,6 +147,7 @@ class ClockHoldingStore:
             workflows=workflows,
             max_dispatches=max_dispatches,
             gone=gone,
+            now=now,
         )
         return result
 

@@ -6,7 +6,9 @@ pagination. The ``claim_next_*`` checks hold a store that serves workers
 which order, that two claims never take one run, and that a cancelled run or
 one that keeps killing its workers is set aside rather than claimed, and that
 a worker takes only runs of the workflow versions it serves. A store without
-``claim_next`` skips them (it serves no workers). ``advertise`` checks a
+``claim_next`` skips them (it serves no workers). ``claim_next_waiting``
+holds it to parked runs: a ``waiting`` run is claimed once its ``wake_at``
+has come on the claimer's clock (``now=``), never before. ``advertise`` checks a
 store that keeps workers' advertisements, ``watch`` one that announces
 changes.
 """
@@ -14,6 +16,7 @@ changes.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import cast
 
 import trio
@@ -31,6 +34,12 @@ _WORKFLOWS = ("checkout",)
 
 async def _queued(store: Store, ctx: _Ctx, run_id: str, **kw: object) -> RunRecord:
     record = ctx.run(run_id, status=RunStatus.QUEUED, **kw)
+    await store.create_run(record)
+    return record
+
+
+async def _parked(store: Store, ctx: _Ctx, run_id: str, wake_at: datetime) -> RunRecord:
+    record = ctx.run(run_id, status=RunStatus.WAITING, wake_at=wake_at)
     await store.create_run(record)
     return record
 
@@ -231,6 +240,67 @@ async def check_claim_next_versions(ctx: _Ctx) -> None:
         )
 
 
+async def check_claim_next_waiting(ctx: _Ctx) -> None:
+    """A waiting run keeps its wake_at, is claimed once it is due by the claimer's now=
+    (not before, and after older due runs), and a claim, a dispatch or a cancel clears it."""
+    async with _Opened(await ctx.make()) as opened:
+        store = _serves_workers(opened)
+        due = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=2)))
+        just_before = due - timedelta(microseconds=1)
+        await _parked(store, ctx, "w", due)
+        await _queued(store, ctx, "q")
+        stored = await store.get_run("w")
+        assert stored is not None and stored.status is RunStatus.WAITING, f"stored {stored!r}"
+        assert stored.wake_at == due, f"wake_at {due!r} was stored as {stored.wake_at!r}"
+        listed = [r.wake_at for r in await store.list_runs(status=[RunStatus.WAITING])]
+        assert listed == [due], f"list_runs(status=[waiting]) has wake_at {listed}"
+        early = await store.claim_next(
+            A, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3, now=just_before
+        )
+        assert early is not None and early.run_id == "q", (
+            f"claim_next(now=) a microsecond before a waiting run is due returned {early!r}; "
+            "expected the queued run created after it"
+        )
+        none = await store.claim_next(
+            B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3, now=just_before
+        )
+        assert none is None, f"claim_next took a waiting run before its wake_at: {none!r}"
+        got = await store.claim_next(B, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3, now=due)
+        assert got is not None and got.run_id == "w", f"claim_next(now=wake_at) returned {got!r}"
+        assert (got.status, got.owner, got.token, got.dispatches, got.wake_at) == (
+            RunStatus.RUNNING,
+            B,
+            1,
+            1,
+            None,
+        ), f"a claimed waiting run: {got!r}"
+        stored = await store.get_run("w")
+        assert stored is not None and stored.wake_at is None, f"stored after the claim: {stored!r}"
+        # Without now=, the wall clock decides.
+        await _parked(store, ctx, "past", datetime(2001, 1, 1, tzinfo=UTC))
+        await _parked(store, ctx, "future", datetime(2999, 1, 1, tzinfo=UTC))
+        got = await store.claim_next(C, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
+        assert got is not None and got.run_id == "past", f"claim_next without now=: {got!r}"
+        none = await store.claim_next(C, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3)
+        assert none is None, f"claim_next without now= took a run due in 2999: {none!r}"
+        claimed = await store.claim("future", A, ttl=_LONG)
+        assert claimed.status is RunStatus.RUNNING and claimed.wake_at is None, (
+            f"a claim by hand of a waiting run: {claimed!r}"
+        )
+        await _parked(store, ctx, "cancel", due)
+        cancelled = await store.cancel_run("cancel")
+        assert cancelled.status is RunStatus.CANCELLED and cancelled.wake_at is None, (
+            f"a cancel of a waiting run: {cancelled!r}"
+        )
+        await _refused(
+            "claim_next with a naive now=",
+            UsageError,
+            lambda: store.claim_next(
+                C, ttl=_LONG, workflows=_WORKFLOWS, max_dispatches=3, now=datetime(2031, 1, 1)
+            ),
+        )
+
+
 def _serves_ads(store: Store) -> AdvertisingStore:
     if not all(callable(getattr(store, m, None)) for m in ("advertise", "list_workers")):
         raise _Skip("the store has no advertise/list_workers (it cannot tell stranded runs)")
@@ -306,6 +376,7 @@ QUEUE_CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
     "claim_next_takeover": check_claim_next_takeover,
     "claim_next_dead_letter": check_claim_next_dead_letter,
     "claim_next_versions": check_claim_next_versions,
+    "claim_next_waiting": check_claim_next_waiting,
     "advertise": check_advertise,
     "watch": check_watch,
 }

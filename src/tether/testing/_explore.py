@@ -20,6 +20,12 @@ Interleaving points are named by what happens there:
 
 ``start:KEY``
     a step (or stream step) starts executing (not on replay);
+``timer:KEY``
+    a durable timer (``tether.sleep``) was journaled and starts waiting
+    (not on replay);
+``due:KEY``
+    a durable timer is due: the code after it goes on (also a timer
+    replayed from the journal);
 ``save:KEY``
     the append of KEY's journal entry begins (an append that carries several
     entries, a batch of saves or of responses, reaches one point per entry,
@@ -31,6 +37,11 @@ Interleaving points are named by what happens there:
     the run record is written (``record:created``, ``record:running``,
     ``record:completed``, ``record:failed``, ``record:paused``); the first
     two are the execution's claim of the run's lease.
+``child:RUN``
+    the child run RUN (``tether.child``) is claimed to be executed: the
+    child's start, or its reattachment; the child's other writes are
+    ``child:RUN/save:KEY`` and ``child:RUN/record:STATUS``. A sibling's
+    failure (``fail``) must let the child's completed saves drain too.
 
 A point reached a second time in the same execution gets ``~2``, and so on.
 """
@@ -51,7 +62,7 @@ import trio
 
 from .._engine import Engine
 from .._errors import InvariantViolation, StoreError, UsageError
-from .._events import RunEvent, StepStarted, current_observer
+from .._events import RunEvent, StepStarted, TimerFired, TimerStarted, current_observer
 from .._requests import Paused, Request, request_from_json
 from .._workflow import Workflow
 from ..stores._memory import MemoryStore
@@ -91,9 +102,12 @@ FAULT_KINDS: Final = ("cancel", "fail", "store_error", "hang", "crash", *OWNERSH
 #: record:running, the claims of a run's lease; "record": its other writes).
 _KINDS_AT: Final = {
     "start": ("cancel", "fail", "crash"),
+    "timer": ("cancel", "fail", "crash"),
+    "due": ("cancel", "fail", "crash"),
     "save": ("cancel", "fail", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
     "stored": ("cancel", "fail", "store_error", "crash"),
     "record": ("cancel", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
+    "child": ("cancel", "fail", "store_error", "hang", "crash"),
     "claim": ("cancel", "store_error", "hang", "crash", "race"),
 }
 
@@ -262,19 +276,51 @@ class _Tasks(trio.abc.Instrument):
         self.alive: dict[trio.lowlevel.Task, None] = {}
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        if self.watching:
+        if self.watching and not _of_the_engine(task):
             self.alive[task] = None
 
     def task_exited(self, task: trio.lowlevel.Task) -> None:
         self.alive.pop(task, None)
 
 
+def _of_the_engine(task: trio.lowlevel.Task) -> bool:
+    """Whether *task* is the engine's own, not a run's: started by its lease task.
+
+    (Such as a thread-backed store's helper for a lease release, which a child
+    run's claim cut short by the caller may start while the parent unwinds.)
+    """
+    nursery = task.parent_nursery
+    while nursery is not None:
+        parent = nursery.parent_task
+        if parent.name == "tether leases":
+            return True
+        nursery = parent.parent_nursery
+    return False
+
+
+def _run_of(method: str, args: tuple[Any, ...]) -> str:
+    """The run a write is about."""
+    if method in ("append", "claim"):
+        run_id: str = args[0]
+        return run_id
+    record: RunRecord = args[0]
+    return record.run_id
+
+
 def _labels(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
     """The points a write reaches: one per entry for an append, else one."""
     if method == "append":
         entries: Sequence[Entry] = args[1]
-        return [f"save:{e.key}" for e in entries]
-    return [_label(method, args, kwargs)]
+        labels = [f"save:{e.key}" for e in entries]
+    else:
+        labels = [_label(method, args, kwargs)]
+    run_id = _run_of(method, args)
+    if run_id == _RUN_ID:
+        return labels
+    # A child run of the explored one (tether.child): its claim is the child's start.
+    if method == "claim":
+        return [f"child:{run_id}"]
+    return [f"child:{run_id}/{label}" for label in labels]
 
 
 def _label(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
@@ -393,10 +439,18 @@ class _Trial:
 
     def _observe(self, event: RunEvent, started: list[str]) -> None:
         ex = self.current
-        if ex is None or not isinstance(event, StepStarted):
+        if ex is None:
             return
-        started.append(event.key)
-        inj = self._matches(ex.point(f"start:{event.key}"))
+        if isinstance(event, StepStarted):
+            started.append(event.key)
+            point = f"start:{event.key}"
+        elif isinstance(event, TimerStarted):
+            point = f"timer:{event.key}"
+        elif isinstance(event, TimerFired):
+            point = f"due:{event.key}"
+        else:
+            return
+        inj = self._matches(ex.point(point))
         if inj is not None:
             self._strike(inj, f"step {event.key} failed")
             if inj.kind == "crash":
@@ -407,7 +461,7 @@ class _Trial:
         if ex is None:
             return
         await self.owners.write(call)  # a stopped process writes nothing meanwhile
-        if ex.race is not None:
+        if ex.race is not None and _run_of(call.method, call.args) == _RUN_ID:
             ex.race.seen(call)
         labels = _labels(call.method, call.args, call.kwargs)
         inj: Injection | None = None
@@ -435,13 +489,15 @@ class _Trial:
 
     async def _after(self, call: Call) -> None:
         ex = self.current
-        if ex is not None and ex.race is not None:
+        if ex is not None and ex.race is not None and _run_of(call.method, call.args) == _RUN_ID:
             await ex.race.claimed(call)
         if ex is None or call.method != "append":
             return
         inj: Injection | None = None
         for label in _labels(call.method, call.args, call.kwargs):
             ex.landed[label] = ex.landed.get(label, 0) + 1
+            if label.startswith("child:"):
+                continue  # (a child run's writes have no stored: points)
             inj = self._matches(ex.point("stored:" + label.partition(":")[2])) or inj
         if inj is not None:
             self._strike(inj, "a sibling failed")
@@ -1016,7 +1072,8 @@ def explore(
         write is held *slow* seconds);
     ``fail``
         a step fails at its start; at a write, a sibling task fails while
-        the write is held *slow* seconds;
+        the write is held *slow* seconds; at a timer's start or due time,
+        a sibling task fails;
     ``store_error``
         the write raises :class:`tether.StoreError` (at ``stored:``: after
         the entry was written, an unclear failure);

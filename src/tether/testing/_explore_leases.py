@@ -39,11 +39,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
 
+from .._clock import TrioWallClock
 from .._engine import Engine
 from .._ownership import engine_closed, engine_opened
 from .._workflow import Workflow
@@ -72,6 +74,9 @@ T = TypeVar("T")
 #: The owner that takes runs over: on another machine, so never taken for gone.
 OTHER: Final = "elsewhere:1:explorer"
 
+#: Where the engines' clock starts in each trial (a TrioWallClock: virtual time).
+_EPOCH: Final = datetime(2030, 1, 1, tzinfo=UTC)
+
 
 @asynccontextmanager
 async def open_owner(
@@ -91,7 +96,9 @@ async def open_owner(
     (pending releases written). A crashed process (``crashed()``) writes
     nothing more: its lease task dies, and it is not closed, only gone.
     """
-    engine = Engine(store, hooks=(), save_timeout=save_timeout, lease_ttl=lease_ttl)
+    # Durable timers measure virtual time (each trial is a trio.run of its own).
+    clock = TrioWallClock(_EPOCH)
+    engine = Engine(store, hooks=(), save_timeout=save_timeout, lease_ttl=lease_ttl, clock=clock)
     engine.define(workflow)
     scope = trio.CancelScope()
 

@@ -23,6 +23,7 @@ clock is Trio's (:class:`tether.MemoryStore`), so virtual time expires leases.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final, Protocol, final
 
 import attrs
@@ -444,6 +445,7 @@ class Connection:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         result: RunRecord | None = await self._process.call(
             "claim_next",
@@ -452,6 +454,7 @@ class Connection:
             workflows=workflows,
             max_dispatches=max_dispatches,
             gone=gone,
+            now=now,
         )
         return result
 

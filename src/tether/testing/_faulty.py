@@ -38,6 +38,7 @@ import contextvars
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
@@ -660,6 +661,7 @@ class FaultyStore:
         workflows: Collection[Served | str],
         max_dispatches: int,
         gone: Collection[str] = (),
+        now: datetime | None = None,
     ) -> RunRecord | None:
         result: RunRecord | None = await self._call(
             "claim_next",
@@ -668,6 +670,7 @@ class FaultyStore:
             workflows=workflows,
             max_dispatches=max_dispatches,
             gone=gone,
+            now=now,
         )
         return result
 
