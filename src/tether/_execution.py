@@ -388,26 +388,11 @@ class Execution:
 
     async def _pause(self, requests: tuple[Request, ...]) -> None:
         """Store the settled run as paused with its requests; raise :class:`Paused`."""
-        state = self.state
-        await self._flush_markers()
-        record = attrs.evolve(
-            self.record,
+        await self._settle(
+            Paused(self.state.run_id, requests),
             status=RunStatus.PAUSED,
             requests=tuple(request_to_json(r) for r in requests),
-            result=None,
-            error=None,
-            owner=None,
-            updated_at=utcnow(),
         )
-        outcome: Exception = Paused(state.run_id, requests)
-        try:
-            await self._store_status(record, f"storing run {state.run_id!r} as paused")
-        except Exception as exc:
-            outcome = exc  # not stored as paused: resuming pauses it again
-        if self.error is not None:
-            outcome = self.error  # stored as cancelled instead (see _store_status)
-        await self._run_end_hook(outcome)
-        self.error = outcome
 
     async def _park(self, wake_at: datetime) -> None:
         """Store the settled run as ``waiting`` until *wake_at*, released; raise :class:`Waiting`.
@@ -416,26 +401,40 @@ class Execution:
         given back (see ``max_dispatches``), so a run that parks often is
         never set aside for it.
         """
+        await self._settle(
+            Waiting(self.state.run_id, wake_at),
+            status=RunStatus.WAITING,
+            wake_at=wake_at,
+            requests=(),
+            dispatches=0,
+        )
+
+    async def _settle(self, outcome: Exception, **changes: Any) -> None:
+        """Store the settled run with *changes*, released, and make *outcome* its result.
+
+        The one path of both settled outcomes (paused, waiting). Markers still
+        pending are stored first. When the status write fails, its error is
+        the outcome (nothing was stored, so resuming settles again); when a
+        cancel was recorded meanwhile, the run was stored cancelled instead
+        (see :meth:`_store_status`) and that is the outcome.
+        """
         state = self.state
         await self._flush_markers()
         record = attrs.evolve(
             self.record,
-            status=RunStatus.WAITING,
-            wake_at=wake_at,
-            requests=(),
             result=None,
             error=None,
             owner=None,
-            dispatches=0,
             updated_at=utcnow(),
+            **changes,
         )
-        outcome: Exception = Waiting(state.run_id, wake_at)
+        status = changes["status"]
         try:
-            await self._store_status(record, f"storing run {state.run_id!r} as waiting")
+            await self._store_status(record, f"storing run {state.run_id!r} as {status}")
         except Exception as exc:
-            outcome = exc  # not stored as waiting: resuming parks it again
+            outcome = exc
         if self.error is not None:
-            outcome = self.error  # stored as cancelled instead (see _store_status)
+            outcome = self.error
         await self._run_end_hook(outcome)
         self.error = outcome
 
