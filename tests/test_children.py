@@ -32,7 +32,6 @@ import trio
 import trio.testing
 
 import tether
-from tether import _workflow
 from tether._children import child_run_id
 from tether.stores import Entry, EntryKind, RunStatus, Store
 from tether.testing import Crash, Do, FaultyStore, Hang, SimulatedCrash, TrioWallClock, explore
@@ -41,6 +40,7 @@ from tether.testing._explore import Explorer
 from tether.testing._faulty import Call
 
 from . import _child_crash_workflow as crashing
+from ._registry import saved_registry
 from .conftest import reopen_store
 
 HERE = Path(__file__).resolve().parent
@@ -773,7 +773,5 @@ def test_the_explorer_injects_its_faults_at_the_childs_start() -> None:
 @pytest.fixture(autouse=True)
 def _registry() -> Iterator[None]:
     # (tests define workflows of their own: put the registry back after each)
-    registry = {k: dict(v) for k, v in _workflow._registry.items()}
-    yield
-    _workflow._registry.clear()
-    _workflow._registry.update(registry)
+    with saved_registry():
+        yield

@@ -19,10 +19,11 @@ import pytest
 import trio
 
 import tether
-from tether import _workflow
 from tether.stores import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
 from tether.stores._protocol import dumps_record, loads_record
 from tether.stores._rows import encode_entry, generic_encode_entry
+
+from ._registry import saved_registry
 
 #: which change the workflows below have now ("" for the code the runs started with)
 CODE = {"change": ""}
@@ -36,12 +37,9 @@ def _reset() -> Iterator[None]:
     CODE["change"] = ""
     BANK_DOWN["down"] = True
     effects.clear()
-    # (by name, then by version: copied two levels deep)
-    registry = {k: dict(v) if isinstance(v, dict) else v for k, v in _workflow._registry.items()}
-    yield
     # Tests that define another version of a workflow put the first one back.
-    _workflow._registry.clear()
-    _workflow._registry.update(registry)
+    with saved_registry():
+        yield
 
 
 @tether.step

@@ -23,12 +23,12 @@ import trio
 import trio.testing
 
 import tether
-from tether import _workflow
 from tether.stores import Entry, EntryKind, EntryStatus, RunStatus, Store
 from tether.testing import FaultyStore, SimulatedCrash, TrioWallClock
 from tether.testing._clock import hold_clock
 
 from ._cli import cli
+from ._registry import saved_registry
 from .conftest import reopen_store
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -45,10 +45,8 @@ def _reset() -> Iterator[None]:
     attempts.clear()
     FAILING["calls"] = 3
     CLOCK["now"] = TrioWallClock(START)
-    registry = {k: dict(v) for k, v in _workflow._registry.items()}
-    yield
-    _workflow._registry.clear()
-    _workflow._registry.update(registry)
+    with saved_registry():
+        yield
 
 
 def clock() -> TrioWallClock:

@@ -24,7 +24,6 @@ import trio
 import trio.testing
 
 import tether
-from tether import _workflow
 from tether.stores import Entry, EntryKind, RunRecord, RunStatus, Store
 from tether.stores._protocol import dumps_record, loads_record
 from tether.testing import FaultyStore, SimulatedCrash, TrioWallClock, explore
@@ -32,6 +31,7 @@ from tether.testing._clock import hold_clock
 from tether.testing._explore import Explorer, _kinds_at
 
 from ._cli import cli
+from ._registry import saved_registry
 from .conftest import reopen_store
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -47,10 +47,8 @@ CLOCK: dict[str, TrioWallClock] = {}
 def _reset() -> Iterator[None]:
     seen.clear()
     CLOCK["now"] = TrioWallClock(START)
-    registry = {k: dict(v) for k, v in _workflow._registry.items()}
-    yield
-    _workflow._registry.clear()
-    _workflow._registry.update(registry)
+    with saved_registry():
+        yield
 
 
 def clock() -> TrioWallClock:

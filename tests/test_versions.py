@@ -47,6 +47,7 @@ from tether.stores._postgres_sql import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSIO
 
 from . import _fleet
 from ._postgres import PostgresServer
+from ._registry import saved_registry
 from ._stores import InlineSlowStore
 from .conftest import reopen_store
 
@@ -442,13 +443,9 @@ def test_the_versions_example_prints_what_it_says(capsys: pytest.CaptureFixture[
     spec = importlib.util.spec_from_file_location("_tether_example_versions", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    saved = {name: dict(versions) for name, versions in _registry.items()}
-    try:
+    with saved_registry():  # the example's workflows leave with it
         spec.loader.exec_module(module)
         trio.run(module.main, clock=trio.testing.MockClock(autojump_threshold=0))
-    finally:
-        _registry.clear()
-        _registry.update(saved)  # the example's workflows leave with it
     said = (module.__doc__ or "").split("it prints::\n\n", 1)[1].split("\n\n", 1)[0]
     expected = [line.strip() for line in said.splitlines()]
     assert capsys.readouterr().out.splitlines() == expected
