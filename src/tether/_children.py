@@ -196,20 +196,8 @@ async def _journal(
     run: RunState, key: str, position: int, wf: Workflow[..., Any], child_id: str, args: str
 ) -> None:
     """Journal the child call (durable before the child run is created)."""
-    now = utcnow()
     value = dumps({"run_id": child_id, "workflow": wf.name, "version": wf.version})
-    entry = Entry(
-        run_id=run.run_id,
-        key=key,
-        kind=EntryKind.CHILD,
-        status=EntryStatus.COMPLETED,
-        value=value,
-        args_digest=args,
-        started_at=now,
-        finished_at=now,
-        token=run.token,
-        position=position,
-    )
+    entry = run.call_entry(EntryKind.CHILD, key, position, value, at=utcnow(), args_digest=args)
     await run.save([entry])
 
 

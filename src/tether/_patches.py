@@ -31,7 +31,7 @@ from ._errors import UsageError
 from ._replay import REPLAYED
 from ._run import current_frame
 from ._saver import StoreErrors
-from .stores._protocol import Entry, EntryKind, EntryStatus, RunStatus, Store, utcnow
+from .stores._protocol import EntryKind, EntryStatus, RunStatus, Store, utcnow
 
 __all__ = ("deprecate_patch", "on_old_path", "patched")
 
@@ -96,19 +96,8 @@ def patched(change_id: str) -> bool:
             decided = False  # journaled before the change: the old path
         else:
             decided = True
-            now = utcnow()
-            run.markers.append(
-                Entry(
-                    run_id=run.run_id,
-                    key=key,
-                    kind=EntryKind.MARKER,
-                    value="true",
-                    started_at=now,
-                    finished_at=now,
-                    token=run.token,
-                    position=position,
-                )
-            )
+            entry = run.call_entry(EntryKind.MARKER, key, position, "true", at=utcnow())
+            run.markers.append(entry)
         run.patches[key] = decided
     if decided:
         frame.skip_position()

@@ -375,6 +375,31 @@ class RunState:
 
     # -- keys, saves and hooks ---------------------------------------------------
 
+    def call_entry(
+        self,
+        kind: EntryKind,
+        key: str,
+        position: int,
+        value: str,
+        *,
+        at: datetime,
+        args_digest: str = "",
+    ) -> Entry:
+        """The journal entry of a call that completes as it is made (a timer's
+        start, a patch marker, a child's start): started and finished *at*,
+        with this execution's token."""
+        return Entry(
+            run_id=self.run_id,
+            key=key,
+            kind=kind,
+            value=value,
+            args_digest=args_digest,
+            started_at=at,
+            finished_at=at,
+            token=self.token,
+            position=position,
+        )
+
     def claim(self, key: str) -> None:
         """Mark *key* as called in this execution.
 

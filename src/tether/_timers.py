@@ -112,20 +112,8 @@ async def _timer(api: str, key: str | None, due: Callable[[datetime], datetime])
         except OverflowError:
             raise UsageError(f"{api}: the timer {key} would be due past the year 9999") from None
         # Durable before it sleeps: a crash from here on finds the due time.
-        await run.save(
-            [
-                Entry(
-                    run_id=run.run_id,
-                    key=key,
-                    kind=EntryKind.TIMER,
-                    value=dumps({"due": when.isoformat()}),
-                    started_at=now,
-                    finished_at=now,
-                    token=run.token,
-                    position=position,
-                )
-            ]
-        )
+        value = dumps({"due": when.isoformat()})
+        await run.save([run.call_entry(EntryKind.TIMER, key, position, value, at=now)])
         if run.observer is not None:
             run.observer(TimerStarted(run_id=run.run_id, key=key, due=when))
     await run.sleep_until(when)
