@@ -190,6 +190,13 @@ async def gated(path: str) -> str:
     return await wait_for_file(path)
 
 
+@tether.workflow(name="tests.fleet.nap")
+async def nap(seconds: float) -> float:
+    """Sleep *seconds* on a durable timer (a worker may park it), then return them."""
+    await tether.sleep(seconds)
+    return seconds
+
+
 # -- for the tests: worker processes, and the store read from outside ------------------------
 
 REPO: Final = Path(__file__).resolve().parent.parent

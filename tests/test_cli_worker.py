@@ -215,6 +215,53 @@ def test_a_worker_executes_runs_and_drains_on_sigterm(tmp_path: Path) -> None:
             second.stop()
 
 
+def test_park_after_decides_which_timers_park_a_run(tmp_path: Path) -> None:
+    """``--park-after 1800``: a one-hour timer parks its run, a quarter-hour one holds it.
+
+    With the default (60 s) both would park; so the option reached the worker.
+    """
+    spec = f"sqlite:{tmp_path / 'q.db'}"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    raw = RawStore(spec)
+    nap = "tests._fleet:nap"
+    assert cli("submit", nap, "3600", "--run-id", "hour", "--store", spec).status == 0
+    assert cli("submit", nap, "900", "--run-id", "quarter", "--store", spec).status == 0
+    env = _fleet.process_env(spec, logs)
+    options = ("--grace", "0", "--poll-interval", "0.2", "--park-after", "1800")
+    started = time.time()
+    w = _fleet.worker("w", tmp_path, spec, env, *options)
+    try:
+        owner = w.owner(PATIENCE)
+
+        def row(run_id: str) -> tuple[str, str | None, float | None]:
+            ((s, o, wake),) = raw.query(
+                "SELECT status, owner, wake_at FROM {s}.runs WHERE run_id = ?", run_id
+            )
+            return s, o, wake
+
+        def timer_journaled(run_id: str) -> bool:
+            got = raw.query(
+                "SELECT COUNT(*) FROM {s}.entries WHERE run_id = ? AND data LIKE '%timer%'", run_id
+            )
+            return bool(got[0][0])
+
+        poll(
+            lambda: row("hour")[0] == "waiting" and timer_journaled("quarter"),
+            "the hour's run to park and the quarter's timer to start",
+            w,
+        )
+        _, held_by, wake = row("hour")
+        assert held_by is None and wake is not None
+        assert started + 3600 <= wake <= time.time() + 3600
+        assert row("quarter")[:2] == ("running", owner)
+        w.signal(signal.SIGTERM)
+        assert w.wait(PATIENCE) == 0, w.tail()
+        assert w.stdout().endswith(": stopped; claimed 2, 1 interrupted, 1 waiting\n"), w.tail()
+    finally:
+        w.stop()
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -327,6 +327,14 @@ def _add_queue(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.A
     worker.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
     worker.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS")
     worker.add_argument(
+        "--park-after",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a run whose every task waits, with its next timer due later than this, is "
+        "parked: stored waiting, its lease and slot given up, until it is due (default 60)",
+    )
+    worker.add_argument(
         "--schedules",
         action=argparse.BooleanOptionalAction,
         default=True,

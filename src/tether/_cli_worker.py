@@ -47,6 +47,7 @@ async def _serve(
     grace: float,
     lease_ttl: float,
     poll_interval: float,
+    park_after: float,
     schedules: Sequence[Schedule],
     out: TextIO,
 ) -> int:
@@ -60,6 +61,7 @@ async def _serve(
                 max_dispatches=max_dispatches,
                 grace=grace,
                 poll_interval=poll_interval,
+                park_after=park_after,
                 schedules=schedules,
             ) as worker:
                 print(
@@ -114,6 +116,7 @@ def serve(
                 grace=args.grace,
                 lease_ttl=args.lease_ttl,
                 poll_interval=args.poll_interval,
+                park_after=args.park_after,
                 schedules=schedules,
                 out=out,
             )
