@@ -28,7 +28,8 @@ from tether.stores import Entry, EntryKind, RunRecord, RunStatus, Store
 from tether.stores._protocol import dumps_record, loads_record
 from tether.testing import FaultyStore, SimulatedCrash, TrioWallClock, explore
 from tether.testing._clock import hold_clock
-from tether.testing._explore import Explorer, _kinds_at
+from tether.testing._explore import Explorer
+from tether.testing._explore_plan import kinds_at
 
 from ._cli import cli
 from ._registry import saved_registry
@@ -680,7 +681,7 @@ def test_the_explorer_injects_faults_where_timers_start_and_fall_due() -> None:
     assert points.index("save:sleep#0") < points.index("timer:sleep#0")
     assert points.index("timer:sleep#0") < points.index("due:sleep#0")
     for point in ("timer:sleep#0", "due:sleep#0"):
-        assert _kinds_at(point) == ("cancel", "fail", "crash")
+        assert kinds_at(point) == ("cancel", "fail", "crash")
     # The failed attempts are journaled saves too: faults land between them.
     assert [p for p in points if p.startswith("save:flaky")] == [
         "save:flaky#0",

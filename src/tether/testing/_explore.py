@@ -44,6 +44,13 @@ Interleaving points are named by what happens there:
     failure (``fail``) must let the child's completed saves drain too.
 
 A point reached a second time in the same execution gets ``~2``, and so on.
+
+The parts: the fault vocabulary (:class:`Injection`, :class:`FaultPlan`,
+where each kind applies) is :mod:`._explore_plan`; one trial, which injects
+the faults, is :mod:`._explore_trial`; what each of its executions did and the
+invariants checked on it, :mod:`._explore_execution`; the ownership faults,
+:mod:`._explore_leases`. This module is the explorer that runs the trials and
+reports a broken invariant with its reproduction.
 """
 
 from __future__ import annotations
@@ -52,698 +59,36 @@ import gc
 import inspect
 import math
 import warnings
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
-import attrs
-import trio
-
-from .._engine import Engine
-from .._errors import InvariantViolation, StoreError, UsageError
-from .._events import RunEvent, StepStarted, TimerFired, TimerStarted, current_observer
-from .._requests import Paused, Request, request_from_json
+from .._errors import InvariantViolation, UsageError
+from .._requests import Request
 from .._workflow import Workflow
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store
-from ._clock import hold_clock
+from ..stores._protocol import Store
 from ._deterministic import run_deterministic
-from ._explore_leases import (
-    OWNERSHIP_KINDS,
-    OwnerFaults,
-    Race,
-    Takeover,
-    check_once,
-    check_race,
-    check_takeover,
-    hand_back,
-    open_owner,
+from ._explore_execution import Execution
+from ._explore_plan import (
+    FAULT_KINDS,
+    Exploration,
+    FaultPlan,
+    Injection,
+    answer_requests,
+    check_applies,
+    check_seeds,
+    check_target,
+    kinds_at,
 )
-from ._faulty import Call, Crash, Do, FaultyStore, SimulatedCrash, _torn_writer
+from ._explore_trial import Trial
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
-__all__ = (
-    "FAULT_KINDS",
-    "Exploration",
-    "Explorer",
-    "FaultPlan",
-    "InjectedFailure",
-    "Injection",
-    "explore",
-)
+__all__ = ("Explorer", "explore")
 
-#: Every kind of fault the explorer injects (the ownership faults last).
-FAULT_KINDS: Final = ("cancel", "fail", "store_error", "hang", "crash", *OWNERSHIP_KINDS)
-
-#: Which kinds apply at which kind of point ("claim": record:created and
-#: record:running, the claims of a run's lease; "record": its other writes).
-_KINDS_AT: Final = {
-    "start": ("cancel", "fail", "crash"),
-    "timer": ("cancel", "fail", "crash"),
-    "due": ("cancel", "fail", "crash"),
-    "save": ("cancel", "fail", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
-    "stored": ("cancel", "fail", "store_error", "crash"),
-    "record": ("cancel", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
-    "child": ("cancel", "fail", "store_error", "hang", "crash"),
-    "claim": ("cancel", "store_error", "hang", "crash", "race"),
-}
-
-_RUN_ID: Final = "explored"
 #: The explorer's options a reproduction names when they are not the default.
 _OPTIONS: Final = ("deadline", "slow", "save_timeout", "limit", "torn", "lease_ttl")
-_WRITES: Final = ("create_run", "claim", "update_run", "append")
-#: Executions a trial may take beyond its plan (pauses answered one by one).
-_EXTRA_EXECUTIONS: Final = 20
-
-
-class InjectedFailure(Exception):
-    """The failure the explorer injects (``fail`` faults)."""
-
-
-@final
-@attrs.frozen
-class Injection:
-    """One fault at one point: ``kind@point``, e.g. ``crash@save:charge#0``."""
-
-    kind: str = attrs.field()
-    at: str
-
-    @kind.validator
-    def _check_kind(self, _: object, kind: str) -> None:
-        if kind not in FAULT_KINDS:
-            raise UsageError(f"unknown fault kind {kind!r}; one of {', '.join(FAULT_KINDS)}")
-
-    def __str__(self) -> str:
-        return f"{self.kind}@{self.at}"
-
-    @classmethod
-    def parse(cls, text: str) -> Injection:
-        """``"crash@save:charge#0"`` → ``Injection("crash", "save:charge#0")``."""
-        kind, sep, at = text.partition("@")
-        if not sep or not at:
-            raise UsageError(
-                f"a fault is written kind@point, like 'crash@save:charge#0', not {text!r}"
-            )
-        return cls(kind, at)
-
-
-@final
-@attrs.frozen
-class FaultPlan:
-    """What one trial does: a seed, and at most one fault per execution.
-
-    ``injections[0]`` applies to the first ``engine.run``, ``injections[1]``
-    to the first resume, and so on (``None``: no fault in that execution);
-    after the last, the run is resumed without faults until it finishes.
-    """
-
-    seed: int
-    injections: tuple[Injection | None, ...]
-
-    def __str__(self) -> str:
-        faults = " then ".join("-" if i is None else str(i) for i in self.injections)
-        return f"seed {self.seed}: {faults or 'no fault'}"
-
-    @property
-    def faults(self) -> str:
-        """The plan's faults as ``explore(faults=[...])`` takes them."""
-        return " then ".join("-" if i is None else str(i) for i in self.injections)
-
-    @classmethod
-    def parse(cls, seed: int, text: str) -> FaultPlan:
-        """``FaultPlan.parse(3, "crash@save:a#0 then cancel@start:b#0")``; ``-`` skips one."""
-        injections = tuple(
-            None if part.strip() == "-" else Injection.parse(part.strip())
-            for part in text.split(" then ")
-        )
-        return cls(seed, injections)
-
-
-@final
-@attrs.frozen
-class Exploration:
-    """What :func:`explore` did: no invariant was broken in any of these trials."""
-
-    trials: int  #: trials run
-    points: Mapping[int, tuple[str, ...]]  #: per seed, the points of the uninterrupted run
-    outcome: str  #: the uninterrupted run's outcome, described
-
-    def __str__(self) -> str:
-        n = max((len(p) for p in self.points.values()), default=0)
-        return (
-            f"{self.trials} trials over {len(self.points)} seeds and up to {n} points: "
-            f"no invariant broken; outcome {self.outcome}"
-        )
-
-
-# -- outcomes -------------------------------------------------------------------
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]
-
-
-def _describe_error(exc: BaseException) -> str:
-    leaves = sorted(f"{type(e).__qualname__}: {e}" for e in _leaves(exc))
-    return f"raised {'; '.join(leaves)}"
-
-
-@attrs.frozen
-class _Outcome:
-    """An execution's outcome, comparable across trials."""
-
-    kind: str  # "value", "error", "paused", "cancelled", "crashed"
-    value: Any = None
-    text: str = ""
-
-    def same_as(self, other: _Outcome) -> bool:
-        if self.kind != other.kind:
-            return False
-        if self.kind == "value":
-            return bool(self.value == other.value)
-        return self.text == other.text
-
-    def __str__(self) -> str:
-        return f"returned {self.value!r}" if self.kind == "value" else self.text
-
-
-def _split_crash(exc: BaseException) -> tuple[BaseException | None, BaseException | None]:
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(SimulatedCrash)
-    return (exc, None) if isinstance(exc, SimulatedCrash) else (None, exc)
-
-
-# -- one trial --------------------------------------------------------------------
-
-
-@attrs.define
-class _Execution:
-    index: int
-    injection: Injection | None
-    points: list[str] = attrs.field(factory=list)
-    started: list[str] = attrs.field(factory=list)  # step keys executed (not replayed)
-    begun: dict[str, int] = attrs.field(factory=dict)  # appends begun, by label
-    landed: dict[str, int] = attrs.field(factory=dict)  # ...and that reached the store
-    fired_at: float | None = None  # when the injection fired (virtual time)
-    deadline: float | None = None  # the caller deadline a hang set
-    occurrences: dict[str, int] = attrs.field(factory=dict)
-    outcome: _Outcome | None = None
-    began: float = 0.0
-    returned_at: float = 0.0
-    leftover: list[str] = attrs.field(factory=list)  # tasks alive after engine.run returned
-    takeover: Takeover | None = None  # another owner took the run over (lease_lost, pause)
-    race: Race | None = None  # what the two engines of a race did
-
-    def point(self, label: str) -> str:
-        n = self.occurrences.get(label, 0) + 1
-        self.occurrences[label] = n
-        name = label if n == 1 else f"{label}~{n}"
-        self.points.append(name)
-        return name
-
-
-@final
-class _Tasks(trio.abc.Instrument):
-    """Tasks spawned while an execution is being watched, and not exited yet."""
-
-    def __init__(self) -> None:
-        self.watching = False
-        self.alive: dict[trio.lowlevel.Task, None] = {}
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        if self.watching and not _of_the_engine(task):
-            self.alive[task] = None
-
-    def task_exited(self, task: trio.lowlevel.Task) -> None:
-        self.alive.pop(task, None)
-
-
-def _of_the_engine(task: trio.lowlevel.Task) -> bool:
-    """Whether *task* is the engine's own, not a run's: started by its lease task.
-
-    (Such as a thread-backed store's helper for a lease release, which a child
-    run's claim cut short by the caller may start while the parent unwinds.)
-    """
-    nursery = task.parent_nursery
-    while nursery is not None:
-        parent = nursery.parent_task
-        if parent.name == "tether leases":
-            return True
-        nursery = parent.parent_nursery
-    return False
-
-
-def _run_of(method: str, args: tuple[Any, ...]) -> str:
-    """The run a write is about."""
-    if method in ("append", "claim"):
-        run_id: str = args[0]
-        return run_id
-    record: RunRecord = args[0]
-    return record.run_id
-
-
-def _labels(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
-    """The points a write reaches: one per entry for an append, else one."""
-    if method == "append":
-        entries: Sequence[Entry] = args[1]
-        labels = [f"save:{e.key}" for e in entries]
-    else:
-        labels = [_label(method, args, kwargs)]
-    run_id = _run_of(method, args)
-    if run_id == _RUN_ID:
-        return labels
-    # A child run of the explored one (tether.child): its claim is the child's start.
-    if method == "claim":
-        return [f"child:{run_id}"]
-    return [f"child:{run_id}/{label}" for label in labels]
-
-
-def _label(method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-    if method == "create_run":
-        return "record:created"
-    if method == "claim":
-        # engine.run claims with the record to create (a new run is created
-        # claimed); engine.resume claims a stored run, marking it running.
-        return "record:created" if kwargs.get("create") is not None else "record:running"
-    record: RunRecord = args[0]
-    return f"record:{record.status.value}"
-
-
-def _can_tear(store: Store) -> bool:
-    try:
-        _torn_writer(store, "append")
-    except UsageError:
-        return False
-    return True
-
-
-def _completed_keys(entries: Sequence[Entry]) -> dict[str, int]:
-    return {
-        e.key: e.seq or 0
-        for e in entries
-        if e.status is EntryStatus.COMPLETED and e.kind in (EntryKind.STEP, EntryKind.STREAM)
-    }
-
-
-@final
-class _Trial:
-    """One trial: its store, its executions, and the injection machinery."""
-
-    def __init__(self, explorer: Explorer, plan: FaultPlan) -> None:
-        self.explorer = explorer
-        self.plan = plan
-        self.raw = explorer.store_factory()
-        self.faulty = FaultyStore(hold_clock(self.raw))
-        self.tasks = _Tasks()
-        self.executions: list[_Execution] = []
-        self.violations: list[str] = []
-        self.current: _Execution | None = None
-        self.caller: trio.CancelScope | None = None  # cancels engine.run: the caller
-        self.process: trio.CancelScope | None = None  # cancels everything: a crash
-        self.nursery: trio.Nursery | None = None  # the execution's: lease tasks, late writes
-        self.owners = OwnerFaults(
-            self.faulty.inner, _RUN_ID, lease_ttl=explorer.lease_ttl, slow=explorer.slow
-        )
-        self.sabotage = trio.Event()
-        self.workflow = self._wrap(explorer.workflow)
-        self.torn = _can_tear(self.raw) if explorer.torn is None else explorer.torn
-        if self.torn and not _can_tear(self.raw):
-            raise UsageError(
-                f"torn=True, but {self.raw!r} cannot simulate a torn write (FileStore can); "
-                "leave torn=None to tear where the store can"
-            )
-        self._arm()
-
-    # -- the instrumented workflow ----------------------------------------------
-
-    def _wrap(self, inner: Workflow[..., Any]) -> Workflow[..., Any]:
-        """The workflow, run beside a saboteur task that fails when told to.
-
-        The saboteur is a sibling in the workflow task's own nursery: its
-        failure cancels the workflow as any failing sibling would
-        (framework-owned cancellation), while saves are in flight.
-        """
-        trial = self
-
-        async def explored(*args: Any) -> Any:
-            result: list[Any] = []
-            error: list[Exception] = []
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(trial._saboteur, name="tether.explore saboteur")
-                try:
-                    result.append(await inner.fn(*args))
-                except Exception as exc:
-                    error.append(exc)
-                finally:
-                    nursery.cancel_scope.cancel()
-            if error:
-                raise error.pop()
-            return result[0]
-
-        return Workflow(explored, inner.name, inner.signature)
-
-    async def _saboteur(self) -> None:
-        await self.sabotage.wait()
-        raise InjectedFailure(f"a sibling failed ({self._describe_current()})")
-
-    def _describe_current(self) -> str:
-        assert self.current is not None and self.current.injection is not None
-        return f"injected: {self.current.injection}"
-
-    # -- injection ------------------------------------------------------------
-
-    def _arm(self) -> None:
-        for method in _WRITES:
-            self.faulty.inject(method, Do(self._before))
-            self.faulty.inject(method, Do(self._after), after=True)
-        self.faulty.inject("renew", Do(self.owners.renew))
-
-    def _matches(self, point: str) -> Injection | None:
-        ex = self.current
-        if ex is None or ex.injection is None or ex.fired_at is not None:
-            return None
-        inj = ex.injection
-        if inj.at == point:
-            ex.fired_at = trio.current_time()
-            return inj
-        return None
-
-    def _observer(self, started: list[str]) -> Callable[[RunEvent], None]:
-        """The observer of one engine's run: records the steps it executes in *started*."""
-        return lambda event: self._observe(event, started)
-
-    def _observe(self, event: RunEvent, started: list[str]) -> None:
-        ex = self.current
-        if ex is None:
-            return
-        if isinstance(event, StepStarted):
-            started.append(event.key)
-            point = f"start:{event.key}"
-        elif isinstance(event, TimerStarted):
-            point = f"timer:{event.key}"
-        elif isinstance(event, TimerFired):
-            point = f"due:{event.key}"
-        else:
-            return
-        inj = self._matches(ex.point(point))
-        if inj is not None:
-            self._strike(inj, f"step {event.key} failed")
-            if inj.kind == "crash":
-                self.faulty.crash()
-
-    async def _before(self, call: Call) -> None:
-        ex = self.current
-        if ex is None:
-            return
-        await self.owners.write(call)  # a stopped process writes nothing meanwhile
-        if ex.race is not None and _run_of(call.method, call.args) == _RUN_ID:
-            ex.race.seen(call)
-        labels = _labels(call.method, call.args, call.kwargs)
-        inj: Injection | None = None
-        for label in labels:
-            if call.method == "append":
-                ex.begun[label] = ex.begun.get(label, 0) + 1
-            inj = self._matches(ex.point(label)) or inj
-        if inj is None:
-            return
-        self._strike(inj, "a sibling failed")
-        if inj.kind in ("cancel", "fail"):
-            await call.store.sleep(self.explorer.slow)  # the write stays in flight
-        elif inj.kind == "hang":
-            await call.store.sleep_forever()
-        elif inj.kind == "lease_lost":
-            await self.owners.lease_lost(call)
-        elif inj.kind == "pause":
-            await self.owners.pause(call, self._spawn_outside)
-        elif inj.kind == "race":
-            assert ex.race is not None
-            await ex.race.reached()
-        else:
-            torn = self.torn and call.method in ("append", "update_run")
-            await Crash(torn=torn).apply(call)
-
-    async def _after(self, call: Call) -> None:
-        ex = self.current
-        if ex is not None and ex.race is not None and _run_of(call.method, call.args) == _RUN_ID:
-            await ex.race.claimed(call)
-        if ex is None or call.method != "append":
-            return
-        inj: Injection | None = None
-        for label in _labels(call.method, call.args, call.kwargs):
-            ex.landed[label] = ex.landed.get(label, 0) + 1
-            if label.startswith("child:"):
-                continue  # (a child run's writes have no stored: points)
-            inj = self._matches(ex.point("stored:" + label.partition(":")[2])) or inj
-        if inj is not None:
-            self._strike(inj, "a sibling failed")
-            if inj.kind == "crash":
-                await Crash().apply(call)
-
-    def _strike(self, inj: Injection, failure: str) -> None:
-        """What *inj* does the moment its point is reached (writes then wait, or crash)."""
-        assert self.caller is not None and self.current is not None
-        if inj.kind == "cancel":
-            self.caller.cancel()
-        elif inj.kind == "fail":
-            if inj.at.startswith("start:"):
-                raise InjectedFailure(f"{failure} ({self._describe_current()})")
-            self.sabotage.set()  # the saboteur raises it
-        elif inj.kind == "store_error":
-            raise StoreError(f"injected store failure at {inj.at}")
-        elif inj.kind == "hang":
-            self.current.deadline = trio.current_time() + self.explorer.deadline
-            self.caller.deadline = self.current.deadline
-        elif inj.kind == "crash":
-            self._stop_process()
-        # lease_lost, pause and race act in the held write (see _before)
-
-    def _spawn_outside(self, afn: Callable[..., Awaitable[None]], *args: Any, name: str) -> None:
-        """Start a task of the explorer's, in the execution's nursery, not counted as the run's."""
-        assert self.nursery is not None
-        watching, self.tasks.watching = self.tasks.watching, False
-        try:
-            self.nursery.start_soon(afn, *args, name=name)
-        finally:
-            self.tasks.watching = watching
-
-    def _stop_process(self) -> None:
-        # The process dies: nothing of this execution runs on.
-        assert self.process is not None
-        self.process.cancel()
-
-    # -- executions -------------------------------------------------------------
-
-    async def _stored(self) -> tuple[RunRecord | None, tuple[Entry, ...]]:
-        record = await self.raw.get_run(_RUN_ID)
-        entries = tuple(await self.raw.load_entries(_RUN_ID)) if record is not None else ()
-        return record, entries
-
-    async def run(self) -> list[_Execution]:
-        explorer = self.explorer
-        await self.raw.open()
-        try:
-            limit = len(self.plan.injections) + _EXTRA_EXECUTIONS
-            for index in range(limit):
-                injection = (
-                    self.plan.injections[index] if index < len(self.plan.injections) else None
-                )
-                if self.faulty.crashed:
-                    self.faulty.restart()  # a new process, on the same storage
-                    self._arm()
-                self.sabotage = trio.Event()
-                record, before = await self._stored()
-                responses = None
-                if record is not None and record.status is RunStatus.PAUSED:
-                    requests = [request_from_json(text) for text in record.requests]
-                    responses = explorer.answer(requests)
-                ex = _Execution(index, injection)
-                self.executions.append(ex)
-                await self._execute(ex, responses)
-                stored, after = await self._stored()
-                self._check_execution(ex, before, after, stored)
-                if ex.takeover is not None:
-                    await hand_back(self.faulty.inner)  # the new owner stops; we resume
-                assert ex.outcome is not None
-                finished = ex.outcome.kind != "paused" and ex.fired_at is None
-                if finished and index >= len(self.plan.injections) - 1:
-                    return self.executions
-            self.violations.append(
-                f"the run did not finish within {limit} executions (it keeps pausing or failing "
-                "in a way a resume does not clear)"
-            )
-            return self.executions
-        finally:
-            await self.raw.close()
-
-    async def _execute(self, ex: _Execution, responses: dict[str, Any] | None) -> None:
-        """One execution: a process with one engine (two, racing), and its caller."""
-        self.current = ex
-        self.owners.reset()
-        ex.began = trio.current_time()
-        claim = "record:created" if responses is None else "record:running"
-        if ex.injection is not None and ex.injection.kind == "race":
-            ex.race = Race(at_claim=ex.injection.at == claim)
-        outcome: _Outcome | None = None
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            with trio.CancelScope() as process:
-                self.process = process
-                nursery.start_soon(self._watchdog, ex, process)
-                async with AsyncExitStack() as stack:
-                    engines = [
-                        await stack.enter_async_context(self._open_engine(nursery))
-                        for _ in range(1 if ex.race is None else 2)
-                    ]
-                    with trio.CancelScope() as caller:
-                        self.caller = caller
-                        self.tasks.watching = True
-                        try:
-                            if ex.race is not None:  # the rival makes the same call
-                                outcome = await ex.race.run(
-                                    engines,
-                                    lambda started: self._call(engines[0], responses, started),
-                                    lambda started: self._call(engines[1], responses, started),
-                                )
-                                ex.started += ex.race.executed()
-                            else:
-                                outcome = await self._call(engines[0], responses, ex.started)
-                        finally:
-                            # Synchronously, before anything else can run or exit.
-                            ex.returned_at = trio.current_time()
-                            self.tasks.watching = False
-                            ex.leftover = [t.name for t in self.tasks.alive]
-                            self.tasks.alive.clear()
-                    if caller.cancelled_caught:
-                        outcome = _Outcome("cancelled", text="cancelled by the caller")
-            if process.cancelled_caught or self.faulty.crashed:
-                outcome = _Outcome("crashed", text="crashed")
-            await self.owners.settle()  # a paused owner's late write reaches the store
-            ex.takeover = self.owners.takeover
-            nursery.cancel_scope.cancel()
-        self.current = None
-        ex.outcome = outcome
-
-    def _open_engine(self, nursery: trio.Nursery) -> AbstractAsyncContextManager[Engine]:
-        explorer = self.explorer
-        return open_owner(
-            self.faulty,
-            self.workflow,
-            nursery,
-            save_timeout=explorer.save_timeout,
-            lease_ttl=explorer.lease_ttl,
-            crashed=lambda: self.faulty.crashed,
-        )
-
-    async def _call(
-        self, engine: Engine, responses: dict[str, Any] | None, started: list[str]
-    ) -> _Outcome:
-        """``engine.run`` (or ``resume``) of the explored run, as an outcome."""
-        current_observer.set(self._observer(started))
-        try:
-            if responses is not None:
-                value = await engine.resume(_RUN_ID, responses)
-            else:
-                value = await engine.run(self.workflow, *self.explorer.args, run_id=_RUN_ID)
-            return _Outcome("value", value)
-        except Paused as paused:
-            keys = ", ".join(r.key for r in paused.requests)
-            return _Outcome("paused", paused.requests, f"paused on {keys}")
-        except Exception as exc:
-            return _Outcome("error", text=_describe_error(exc))
-        except BaseException as exc:
-            # A write the crash reached outside the run's own tasks raises
-            # SimulatedCrash; Cancelled (ours) goes on to the scope that owns it.
-            crash, rest = _split_crash(exc)
-            if crash is None:
-                raise
-            if rest is not None:
-                raise rest from None
-            return _Outcome("crashed", text="crashed")
-        finally:
-            current_observer.set(None)
-
-    async def _watchdog(self, ex: _Execution, process: trio.CancelScope) -> None:
-        await trio.sleep(self.explorer.limit)
-        self.violations.append(
-            f"execution {ex.index} did not return within {self.explorer.limit}s of virtual "
-            "time; the explorer crashed the store to stop it"
-        )
-        self.faulty.crash()
-        process.cancel()
-
-    # -- invariants -------------------------------------------------------------
-
-    def _check_execution(
-        self,
-        ex: _Execution,
-        before: tuple[Entry, ...],
-        after: tuple[Entry, ...],
-        record: RunRecord | None,
-    ) -> None:
-        where = f"execution {ex.index} ({'first run' if ex.index == 0 else 'resume'})"
-        # (a) nothing stored runs again
-        stored = _completed_keys(before)
-        for key in ex.started:
-            if key in stored:
-                self.violations.append(
-                    f"(a) step {key} ran again in {where}, though its record was stored "
-                    f"(seq {stored[key]}) before"
-                )
-        # (b) the caller's cancellation is exact
-        inj = ex.injection
-        if inj is not None and ex.fired_at is not None and inj.kind in ("cancel", "hang"):
-            due = ex.deadline if inj.kind == "hang" else ex.fired_at
-            assert due is not None
-            assert ex.outcome is not None
-            if ex.returned_at != due:
-                what = "deadline" if inj.kind == "hang" else "cancellation"
-                self.violations.append(
-                    f"(b) engine.run returned at t={ex.returned_at:g}, {ex.returned_at - due:g}s "
-                    f"of virtual time after the caller's {what} at t={due:g} ({where})"
-                )
-            elif ex.outcome.kind != "cancelled":
-                self.violations.append(
-                    f"(b) after the caller's cancellation engine.run {ex.outcome} ({where})"
-                )
-        # (c) nothing stored is lost...
-        kept = {e.seq: e for e in after}
-        for entry in before:
-            if kept.get(entry.seq) != entry:
-                self.violations.append(
-                    f"(c) entry seq {entry.seq} ({entry.key}) was stored before {where} and is "
-                    f"{'changed' if entry.seq in kept else 'gone'} after it"
-                )
-        # ...and a sibling's failure does not discard a completed step's save.
-        if inj is None or ex.fired_at is None or inj.kind == "fail":
-            for label, n in ex.begun.items():
-                if ex.landed.get(label, 0) < n:
-                    self.violations.append(
-                        f"(c) the {label} began in {where} and never reached the store, though "
-                        "the store worked and the caller did not cancel: a sibling's failure "
-                        "discarded a completed step's record"
-                    )
-        # (e) no task outlives the run
-        if ex.leftover:
-            self.violations.append(
-                f"(e) tasks outlived engine.run in {where}: {', '.join(ex.leftover)}"
-            )
-        # (f) one owner at a time
-        if inj is not None and ex.fired_at is not None and ex.takeover is not None:
-            # It knows when the held write is refused (lease_lost), or once no
-            # renewal succeeded for lease_ttl (pause).
-            wait = self.explorer.slow if inj.kind == "lease_lost" else self.explorer.lease_ttl
-            due = ex.fired_at + wait
-            self.violations += check_takeover(
-                ex.takeover, after, record, str(ex.outcome), ex.returned_at, due, where
-            )
-        if ex.race is not None:
-            self.violations += check_race(ex.race, before, after, record, where=where)
-        self.violations += check_once(before, after, Counter(ex.started), where=where)
 
 
 # -- the explorer -------------------------------------------------------------------
@@ -787,7 +132,7 @@ class Explorer:
         self.limit = float(limit)
         self.torn = torn
         self.lease_ttl = float(lease_ttl)
-        self._baselines: dict[int, list[_Execution]] = {}
+        self._baselines: dict[int, list[Execution]] = {}
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Any]:
         """The responses to *requests*, from ``responses=``."""
@@ -795,8 +140,8 @@ class Explorer:
 
     # -- trials ------------------------------------------------------------------
 
-    def _trial(self, plan: FaultPlan) -> tuple[_Trial, list[str]]:
-        trial = _Trial(self, plan)
+    def _trial(self, plan: FaultPlan) -> tuple[Trial, list[str]]:
+        trial = Trial(self, plan)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             run_deterministic(trial.run, seed=plan.seed, instruments=[trial.tasks])
@@ -808,7 +153,7 @@ class Explorer:
         problems += [f"(e) {message}" for message in unawaited]
         return trial, problems
 
-    def _baseline(self, seed: int) -> list[_Execution]:
+    def _baseline(self, seed: int) -> list[Execution]:
         if seed not in self._baselines:
             trial, problems = self._trial(FaultPlan(seed, ()))
             if problems:
@@ -831,7 +176,7 @@ class Explorer:
             raise UsageError(f"check() takes a FaultPlan, not {plan!r}")
         for injection in plan.injections:
             if injection is not None:
-                _check_applies(injection)
+                check_applies(injection)
         reference = self._baseline(plan.seed)[-1].outcome
         assert reference is not None
         trial, problems = self._trial(plan)
@@ -850,7 +195,7 @@ class Explorer:
         plans = []
         for index, points in enumerate(self.points(seed)):
             for point in points:
-                for kind in _kinds_at(point):
+                for kind in kinds_at(point):
                     if kind in kinds:
                         plans.append(FaultPlan(seed, (None,) * index + (Injection(kind, point),)))
         return plans
@@ -867,7 +212,7 @@ class Explorer:
         # In the order the uninterrupted run reaches them: shrinking goes earlier.
         points = dict.fromkeys(p for execution in self.points(0) for p in execution)
         injection = st.sampled_from(
-            [Injection(kind, point) for point in points for kind in _kinds_at(point)]
+            [Injection(kind, point) for point in points for kind in kinds_at(point)]
         )
         return st.builds(
             FaultPlan,
@@ -882,7 +227,7 @@ class Explorer:
         faults: Iterable[str | Injection | FaultPlan] = FAULT_KINDS,
     ) -> Exploration:
         """Run every trial; raise :class:`InvariantViolation` at the first broken invariant."""
-        seed_list = _seeds(seeds)
+        seed_list = check_seeds(seeds)
         kinds: list[str] = []
         plans: list[FaultPlan] = []
         for fault in faults if not isinstance(faults, str) else [faults]:
@@ -939,7 +284,7 @@ class Explorer:
                     f"under seed {plan.seed}; its points are: {', '.join(sorted(known))}"
                 )
             if injection is not None:
-                _check_applies(injection)
+                check_applies(injection)
 
     # -- reporting ---------------------------------------------------------------
 
@@ -969,72 +314,6 @@ class Explorer:
             f"reproduce: {self._repro(plan, seeds or [plan.seed])}",
             plan,
         )
-
-
-def check_target(caller: str, workflow: object, store_factory: object) -> None:
-    """An explorer's workflow and store factory, validated.
-
-    Raises:
-        UsageError: *workflow* is not a workflow, or *store_factory* not callable.
-    """
-    if not isinstance(workflow, Workflow):
-        raise UsageError(f"{caller} takes a @tether.workflow, not {workflow!r}")
-    if not callable(store_factory):
-        raise UsageError(
-            f"store_factory must be a callable returning a new store, not {store_factory!r}"
-        )
-
-
-def answer_requests(
-    given: Mapping[str, Any] | Callable[[Request], Any] | None,
-    requests: Sequence[Request],
-    caller: str,
-) -> dict[str, Any]:
-    """The responses an explorer gives to *requests*, from its ``responses=``.
-
-    Raises:
-        UsageError: a request that *given* has no answer for.
-    """
-    answers: dict[str, Any] = {}
-    for request in requests:
-        if callable(given):
-            answers[request.key] = given(request)
-        elif given is not None and request.key in given:
-            answers[request.key] = given[request.key]
-        else:
-            raise UsageError(
-                f"the workflow asks {request.key} ({request.payload!r}, expecting "
-                f"{request.response_type}); pass responses={{{request.key!r}: ...}} or a "
-                f"function of the request to {caller}"
-            )
-    return answers
-
-
-def _check_applies(injection: Injection) -> None:
-    if injection.kind not in _kinds_at(injection.at):
-        raise UsageError(
-            f"a {injection.kind!r} fault does not apply at {injection.at!r}; there: "
-            f"{', '.join(_kinds_at(injection.at)) or 'none'}"
-        )
-
-
-def _kinds_at(point: str) -> tuple[str, ...]:
-    """The fault kinds that apply at *point*."""
-    kind, _, what = point.partition(":")
-    if kind == "record" and what.partition("~")[0] in ("created", "running"):
-        kind = "claim"
-    return _KINDS_AT.get(kind, ())
-
-
-def _seeds(seeds: int | Iterable[int]) -> list[int]:
-    if isinstance(seeds, bool):
-        raise UsageError(f"seeds must be a count or an iterable of ints, not {seeds!r}")
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    if not seed_list or not all(isinstance(s, int) and not isinstance(s, bool) for s in seed_list):
-        raise UsageError(
-            f"seeds must be a positive count or a non-empty list of ints, not {seeds!r}"
-        )
-    return seed_list
 
 
 def explore(

@@ -1,13 +1,13 @@
 """The explorer's ownership faults: a takeover, a paused owner, two engines racing.
 
-:mod:`._explore` decides *where* a fault applies; this module holds what an
-ownership fault *does*, and the invariant (f) that checks the outcome: one
-owner at a time. After another owner took the run over, the old owner stores
-nothing more (every entry and record written after the takeover carries a
-newer token) and ``engine.run`` stops promptly with ``LeaseLostError``; of
-two engines racing to run it, exactly one executes it and the other gets
-``RunConflictError`` at once; and every step record an execution stored is
-of a step it ran once, stored once. The faults:
+:mod:`._explore_plan` decides *where* a fault applies, :mod:`._explore_trial`
+injects it; this module holds what an ownership fault *does*, and the invariant
+(f) that checks the outcome: one owner at a time. After another owner took the
+run over, the old owner stores nothing more (every entry and record written
+after the takeover carries a newer token) and ``engine.run`` stops promptly
+with ``LeaseLostError``; of two engines racing to run it, exactly one executes
+it and the other gets ``RunConflictError`` at once; and every step record an
+execution stored is of a step it ran once, stored once. The faults:
 
 ``lease_lost``
     while the owner's write is held, another owner takes the run over

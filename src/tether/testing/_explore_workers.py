@@ -34,8 +34,8 @@ from .._workflow import Workflow
 from ..stores._memory import MemoryStore
 from ..stores._protocol import Store
 from ._deterministic import run_deterministic
-from ._explore import Exploration, answer_requests, check_target
 from ._explore_fleet import SUBMITTER, Options, Outcome, Trial, WorkerTrial
+from ._explore_plan import Exploration, answer_requests, check_seeds, check_target
 
 __all__ = (
     "WORKER_FAULT_KINDS",
@@ -143,17 +143,6 @@ def _count(name: str, value: object, least: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise UsageError(f"{name} must be an integer of at least {least}, not {value!r}")
     return value
-
-
-def _seeds(seeds: int | Iterable[int]) -> list[int]:
-    if isinstance(seeds, bool):
-        raise UsageError(f"seeds must be a count or an iterable of ints, not {seeds!r}")
-    found = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    if not found or not all(isinstance(s, int) and not isinstance(s, bool) for s in found):
-        raise UsageError(
-            f"seeds must be a positive count or a non-empty list of ints, not {seeds!r}"
-        )
-    return found
 
 
 def _first(exc: BaseException) -> BaseException:
@@ -334,7 +323,7 @@ class WorkerExplorer:
         faults: Iterable[str | WorkerFault | WorkerPlan] = WORKER_FAULT_KINDS,
     ) -> Exploration:
         """Run every trial; raise :class:`InvariantViolation` at the first broken invariant."""
-        seed_list = _seeds(seeds)
+        seed_list = check_seeds(seeds)
         kinds: list[str] = []
         plans: list[WorkerPlan] = []
         for fault in [faults] if isinstance(faults, str) else faults:

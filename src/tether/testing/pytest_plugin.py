@@ -50,7 +50,8 @@ from ..stores._protocol import Store
 from ..stores._sqlite import SQLiteStore
 from ._clock import hold_clock
 from ._deterministic import seeded_schedule
-from ._explore import Exploration, explore
+from ._explore import explore
+from ._explore_plan import Exploration
 
 __all__ = ("STORE_KINDS", "make_store")
 
