@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import trio
 
-from ._codec import digest, dumps, loads
+from ._codec_json import digest, dumps, loads
 from ._context import KEYED_MARKER, KeyedCall
 from ._errors import (
     CheckpointCorruptError,

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ._cli_exits import BadUsage
-from ._codec import codec, describe
+from ._codec import codec
+from ._codec_converter import describe
 from ._errors import CodecError
 from ._workflow import Workflow
 

@@ -26,7 +26,8 @@ import attrs
 import outcome
 import trio
 
-from ._codec import codec, digest
+from ._codec import codec
+from ._codec_json import digest
 from ._errors import (
     CodecError,
     NotInRunError,

@@ -31,7 +31,9 @@ from typing import Any, Final, Literal
 import attrs
 
 from ._cli_args import parse_value
-from ._codec import codec, describe, dumps
+from ._codec import codec
+from ._codec_converter import describe
+from ._codec_json import dumps
 from ._errors import CodecError
 from ._requests import Request
 

@@ -47,7 +47,9 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from ._codec import Signature, codec, describe, loads
+from ._codec import Signature, codec
+from ._codec_converter import describe
+from ._codec_json import loads
 from ._errors import CheckpointCorruptError, CodecError, NonDeterminismError
 from .stores._protocol import Entry, EntryKind, EntryStatus
 

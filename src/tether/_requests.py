@@ -6,7 +6,7 @@ from typing import Any, final
 
 import attrs
 
-from ._codec import dumps, loads
+from ._codec_json import dumps, loads
 
 __all__ = ("Paused", "Request", "request_from_json", "request_to_json")
 

@@ -20,7 +20,7 @@ from typing import Any, final
 
 import attrs
 
-from ._codec import dumps, loads
+from ._codec_json import dumps, loads
 from ._errors import CheckpointCorruptError, CodecError, UsageError
 from ._run import RunState, error_info, note_key
 from .stores._protocol import Entry, EntryStatus

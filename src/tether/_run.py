@@ -27,7 +27,9 @@ import attrs
 import trio
 
 from ._clock import Clock, SystemClock, sleep_until
-from ._codec import codec, describe, digest, dumps
+from ._codec import codec
+from ._codec_converter import describe
+from ._codec_json import digest, dumps
 from ._errors import (
     CodecError,
     InvalidResponseError,

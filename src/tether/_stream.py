@@ -33,7 +33,8 @@ from typing import Any, Generic, TypeVar, final
 import attrs
 import trio
 
-from ._codec import codec, digest
+from ._codec import codec
+from ._codec_json import digest
 from ._context import check_key
 from ._errors import (
     CodecError,

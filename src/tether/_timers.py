@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from ._codec import dumps, loads
+from ._codec_json import dumps, loads
 from ._context import check_key
 from ._errors import CheckpointCorruptError, CodecError, UsageError
 from ._events import TimerFired, TimerStarted

@@ -4,18 +4,62 @@ A store never imports the engine. Everything a store receives and returns is
 made of these frozen records, whose fields are JSON-ready (strings, numbers,
 timezone-aware datetimes that serialize as ISO 8601), so a third-party store
 can persist them with nothing but the standard library.
+
+This module holds the records of runs: :class:`RunRecord` and the journal's
+:class:`Entry`, their status enums and :class:`ErrorInfo`. The rest of the
+contract lives beside it, and every name is importable from here as well:
+the records' JSON (format versions, strict reading, digests) in
+:mod:`._record_json`, the records about lease holders and workers in
+:mod:`._owners`, and the :class:`Store` protocols in :mod:`._store`.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
-import json
-from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol, TypeVar, final, runtime_checkable
+from typing import Any, final
 
 import attrs
+
+from ._owners import (
+    Renewal,
+    Served,
+    WorkerAd,
+    dumps_served,
+    loads_served,
+    served_from_json,
+    served_to_json,
+)
+from ._record_json import (
+    _ENTRY_FIELDS,
+    _ENTRY_FIELDS_V1,
+    _ENTRY_FIELDS_V3,
+    _RUN_FIELDS_BY_VERSION,
+    FORMAT_VERSION,
+    RecordDecodeError,
+    dumps_record,
+    entry_checksum,
+    first_gap,
+    loads_record,
+)
+from ._record_json import _count as _count
+from ._record_json import _enum as _enum
+from ._record_json import _exact_fields as _exact_fields
+from ._record_json import _idempotency_digest as _idempotency_digest
+from ._record_json import _opt_str as _opt_str
+from ._record_json import _str as _str
+from ._record_json import _time as _time
+from ._store import (
+    ADVERTISE_METHODS,
+    DELETE_METHODS,
+    STORE_METHODS,
+    WORKER_METHODS,
+    AdvertisingStore,
+    DeletableStore,
+    Store,
+    WatchableStore,
+    WorkerStore,
+)
 
 __all__ = (
     "ADVERTISE_METHODS",
@@ -48,13 +92,6 @@ __all__ = (
     "served_to_json",
     "utcnow",
 )
-
-#: Version of the record format; stored with every run. Version 2 added the
-#: lease fields of run records and the fencing token and checksum of entries;
-#: version 3 the ``dispatches`` count of run records; version 4 their workflow
-#: ``version``; version 5 their ``wake_at``. Records and entries of older
-#: versions stay readable.
-FORMAT_VERSION = 5
 
 
 def utcnow() -> datetime:
@@ -304,28 +341,6 @@ class Entry:
         return None if self.seq is None else entry_checksum(self.idempotency_key, self.seq)
 
 
-def entry_checksum(idempotency_key: str, seq: int) -> str:
-    """The checksum of the entry with this :attr:`Entry.idempotency_key` stored as *seq*.
-
-    The idempotency key covers every field but ``seq``; this covers it too.
-    """
-    return hashlib.sha256(f"{idempotency_key}:{seq}".encode()).hexdigest()
-
-
-# ``json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
-# with the encoder made once, not on every call.
-_IDEMPOTENCY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _idempotency_digest(data: dict[str, Any]) -> str:
-    """:attr:`Entry.idempotency_key` of an entry's ``to_json()`` without ``"seq"``.
-
-    For stores that encode the entry anyway: they pay for ``to_json()`` once.
-    """
-    text = _IDEMPOTENCY_ENCODER.encode(data)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 @final
 @attrs.frozen(kw_only=True)
 class RunRecord:
@@ -440,172 +455,6 @@ class RunRecord:
         )
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Renewal:
-    """What :meth:`Store.renew` found about the runs an owner said it holds."""
-
-    #: runs whose lease the owner no longer holds (another token or owner now)
-    lost: frozenset[str] = frozenset()
-    #: held runs with a recorded cancel (``engine.cancel`` from anywhere)
-    cancelled: frozenset[str] = frozenset()
-
-
-#: A workflow as workers serve it: ``(name, version)``, the version ``None`` when unversioned.
-Served = tuple[str, str | None]
-
-
-@final
-@attrs.frozen(kw_only=True)
-class WorkerAd:
-    """A worker's advertisement: the workflows it serves, while it lives.
-
-    Written by :meth:`AdvertisingStore.advertise` when a worker starts and
-    renewed while it runs; read back by :meth:`AdvertisingStore.list_workers`
-    to find the runs no live worker serves (``tether runs list --stranded``).
-    """
-
-    owner: str  #: the worker's engine, ``host:pid:engine-id``
-    serves: frozenset[Served]  #: the ``(workflow, version)`` pairs it claims runs of
-    expires_at: datetime  #: when the advertisement lapses unless renewed (store's clock)
-
-
-def served_to_json(serves: Collection[Served]) -> list[list[str | None]]:
-    """A :attr:`WorkerAd.serves` set as JSON-ready ``[workflow, version]`` pairs, sorted."""
-    pairs = sorted(serves, key=lambda p: (p[0], p[1] is not None, p[1] or ""))
-    return [[name, version] for name, version in pairs]
-
-
-def served_from_json(data: object) -> frozenset[Served]:
-    """Decode what :func:`served_to_json` made, strictly.
-
-    Raises:
-        RecordDecodeError: anything else.
-    """
-    if not isinstance(data, list) or not all(
-        isinstance(p, list)
-        and len(p) == 2
-        and type(p[0]) is str
-        and p[0]
-        and (p[1] is None or (type(p[1]) is str and p[1]))
-        for p in data
-    ):
-        raise RecordDecodeError(
-            f"a worker's served workflows must be [workflow, version] pairs, not {data!r:.200}"
-        )
-    return frozenset((p[0], p[1]) for p in data)
-
-
-def dumps_served(serves: Collection[Served]) -> str:
-    """The JSON text stores keep for a :attr:`WorkerAd.serves` set."""
-    return json.dumps(served_to_json(serves), ensure_ascii=False, separators=(",", ":"))
-
-
-def loads_served(text: str | bytes) -> frozenset[Served]:
-    """Decode what :func:`dumps_served` made, strictly (see :func:`loads_record`).
-
-    Raises:
-        RecordDecodeError: anything else.
-    """
-    result: frozenset[Served] = loads_record(text, served_from_json)
-    return result
-
-
-# -- strict record decoding, shared by the stores that persist JSON ------------------------
-
-_ENTRY_FIELDS_V1 = (
-    "run_id",
-    "seq",
-    "key",
-    "kind",
-    "status",
-    "value",
-    "error",
-    "args_digest",
-    "started_at",
-    "finished_at",
-    "attempt",
-)
-_ENTRY_FIELDS = (*_ENTRY_FIELDS_V1, "token", "checksum")
-_ENTRY_FIELDS_V3 = (*_ENTRY_FIELDS, "position")  # with the call's position
-_RUN_FIELDS_V1 = (
-    "run_id",
-    "workflow",
-    "args",
-    "status",
-    "result",
-    "error",
-    "requests",
-    "created_at",
-    "updated_at",
-    "format_version",
-)
-_RUN_FIELDS_V2 = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
-_RUN_FIELDS_V3 = (*_RUN_FIELDS_V2, "dispatches")
-_RUN_FIELDS_V4 = (*_RUN_FIELDS_V3, "version")
-_RUN_FIELDS_BY_VERSION: Final = {
-    1: _RUN_FIELDS_V1,
-    2: _RUN_FIELDS_V2,
-    3: _RUN_FIELDS_V3,
-    4: _RUN_FIELDS_V4,
-    5: (*_RUN_FIELDS_V4, "wake_at"),
-}
-
-E = TypeVar("E", bound=enum.Enum)
-
-
-class RecordDecodeError(ValueError):
-    """A stored record is not valid JSON of the expected shape.
-
-    Raised by :func:`loads_record` and the ``from_json`` decoders; a store
-    turns it into :class:`~tether.CheckpointCorruptError` naming the run and
-    the location (file, row), which is what callers see.
-    """
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise RecordDecodeError(f"duplicate JSON key {k!r}")
-        out[k] = v
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise RecordDecodeError(f"{name} is not JSON")
-
-
-def dumps_record(data: Mapping[str, Any]) -> str:
-    """The JSON text stores write for a record's ``to_json()`` dict."""
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def loads_record(text: str | bytes, decode: Callable[[object], Any]) -> Any:
-    """Parse JSON *text* strictly and hand it to *decode* (a ``from_json``).
-
-    Strict: the text must be UTF-8 JSON with no duplicate keys and no
-    ``NaN``/``Infinity``.
-
-    Raises:
-        RecordDecodeError: the text is not such JSON, or *decode* refused it.
-    """
-    try:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except RecordDecodeError:
-        raise
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise RecordDecodeError(f"not valid JSON: {exc}") from None
-    try:
-        return decode(data)
-    except RecordDecodeError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise RecordDecodeError(str(exc)) from None
-
-
 def load_run_record(text: str | bytes, run_id: str) -> RunRecord:
     """Decode stored text as the run record of *run_id* (stores' strict read).
 
@@ -630,393 +479,3 @@ def load_entry(text: str | bytes, run_id: str, seq: int) -> Entry:
     if entry.seq != seq:
         raise RecordDecodeError(f"the entry says seq {entry.seq!r}, where it is stored {seq}")
     return entry
-
-
-def first_gap(seqs: Sequence[int]) -> int | None:
-    """The first seq missing from ``1, 2, 3, ...`` in the sorted *seqs*, else ``None``.
-
-    A journal's seqs have no gaps: a missing one below the highest means an
-    entry was lost, and its journal is corrupt (stores' strict read).
-    """
-    for expected, seq in enumerate(seqs, 1):
-        if seq != expected:
-            return expected
-    return None
-
-
-def _exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise RecordDecodeError(f"{what} must be a JSON object, not {type(data).__name__}")
-    missing = [f for f in fields if f not in data]
-    unknown = [k for k in data if k not in fields]
-    if missing or unknown:
-        parts = []
-        if missing:
-            parts.append(f"missing field(s) {', '.join(map(repr, missing))}")
-        if unknown:
-            parts.append(f"unknown field(s) {', '.join(map(repr, unknown))}")
-        raise RecordDecodeError(f"{what}: {'; '.join(parts)}")
-    return data
-
-
-def _str(d: dict[str, Any], name: str, what: str) -> str:
-    v = d[name]
-    if type(v) is not str:
-        raise RecordDecodeError(f"{what} field {name!r} must be a string, not {v!r:.100}")
-    return v
-
-
-def _opt_str(d: dict[str, Any], name: str, what: str) -> str | None:
-    return None if d[name] is None else _str(d, name, what)
-
-
-def _count(d: dict[str, Any], name: str) -> int:
-    """A non-negative integer field of a run record (0 when an older version lacks it)."""
-    v = d.get(name, 0)
-    if type(v) is not int or v < 0:
-        raise RecordDecodeError(
-            f"run record field {name!r} must be a non-negative integer, not {v!r}"
-        )
-    return v
-
-
-def _enum(cls: type[E], d: dict[str, Any], name: str, what: str) -> E:
-    v = d[name]
-    try:
-        if type(v) is not str:
-            raise ValueError
-        return cls(v)
-    except ValueError:
-        choices = ", ".join(repr(m.value) for m in cls)
-        raise RecordDecodeError(
-            f"{what} field {name!r} must be one of {choices}, not {v!r:.100}"
-        ) from None
-
-
-def _time(d: dict[str, Any], name: str, what: str) -> datetime:
-    v = _str(d, name, what)
-    try:
-        t = datetime.fromisoformat(v)
-    except ValueError:
-        raise RecordDecodeError(f"{what} field {name!r} is not an ISO 8601 time: {v!r}") from None
-    if t.tzinfo is None or t.utcoffset() is None:
-        raise RecordDecodeError(f"{what} field {name!r} has no timezone: {v!r}")
-    return t
-
-
-#: The methods of :class:`Store`, in the order the protocol lists them.
-STORE_METHODS: Final = (
-    "open",
-    "close",
-    "create_run",
-    "update_run",
-    "get_run",
-    "list_runs",
-    "append",
-    "load_entries",
-    "claim",
-    "renew",
-    "cancel_run",
-)
-
-
-@runtime_checkable
-class Store(Protocol):
-    """What the engine needs from storage.
-
-    Every method is async and a Trio checkpoint unless its store documents
-    otherwise; cancelling one leaves the store consistent (the write either
-    happened whole or not at all). Reads are strict: a record that cannot be
-    read or decoded raises :class:`~tether.CheckpointCorruptError` naming the run
-    and location; nothing is skipped to return something older.
-
-    The engine calls :meth:`open` once before use and :meth:`close` once after.
-    """
-
-    async def open(self) -> None:
-        """Acquire resources (connections, threads, background tasks)."""
-
-    async def close(self) -> None:
-        """Release resources. Called once; pending writes are finished or failed."""
-
-    async def create_run(self, record: RunRecord) -> None:
-        """Store a new run record.
-
-        Raises:
-            RunConflictError: a run with this id exists.
-        """
-
-    async def update_run(self, record: RunRecord) -> RunRecord | None:
-        """Replace an existing run record (status, result, error, requests, owner).
-
-        Fenced: in the same atomic step as the write, the store checks the
-        record's ``token`` against the run's (see :func:`fenced_update
-        <tether.stores.fenced_update>`, which also keeps a recorded cancel).
-        Returns the record as stored (the engine tolerates ``None``).
-
-        Raises:
-            RunNotFoundError: no run with this id.
-            LeaseLostError: the token is not the run's current one; nothing
-                was written.
-        """
-
-    async def claim(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        ttl: float,
-        create: RunRecord | None = None,
-        takeover: int | None = None,
-    ) -> RunRecord:
-        """Take the run's lease for *owner* for *ttl* seconds, in one atomic step.
-
-        Reads the run (with its lease), decides with :func:`decide_claim
-        <tether.stores.decide_claim>`, writes what it decided, and sets
-        *owner*'s lease expiry to now + *ttl* on the store's clock. With
-        *create*, a run that is not stored is created already claimed (token
-        1). *takeover* is a token whose holder the caller knows to be dead: a
-        live lease with exactly that token does not block the claim.
-
-        Returns the claimed record (new token, ``lease_expires_at`` set), or,
-        for a completed run, the stored record unchanged.
-
-        Raises:
-            RunConflictError: another owner holds a live lease (naming it and
-                its expiry), or *create* differs from the stored run.
-            RunCancelledError: the run is cancelled or has a recorded cancel.
-            RunNotFoundError: no such run and no *create*.
-        """
-
-    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
-        """Extend every lease of *owner* to now + *ttl*: one write, however many runs.
-
-        *held* maps the runs the owner executes to their tokens. Returns which
-        of them were lost (another token or owner now) and which have a
-        recorded cancel. ``ttl=0`` ends the owner's leases now, so that its
-        runs can be claimed at once (tether's engine releases each run in
-        its status write instead, but an owner that stops may use it).
-        """
-
-    async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
-        """Record a cancel of the run (the one write without a token).
-
-        Decided by :func:`decide_cancel <tether.stores.decide_cancel>` in one
-        atomic step: a run held by a live owner gets ``cancel_requested`` (its
-        owner stops it); any other unfinished run becomes ``cancelled`` at
-        once, its requests cleared. Returns the stored record.
-
-        Raises:
-            RunNotFoundError: no run with this id.
-            RunConflictError: the run has completed (nothing changes).
-        """
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        """The run record, or ``None`` for an unknown id."""
-
-    async def list_runs(
-        self,
-        *,
-        status: Collection[RunStatus] | None = None,
-        workflow: str | None = None,
-        after: str | None = None,
-        limit: int | None = None,
-        version: str | None = None,
-    ) -> Sequence[RunRecord]:
-        """Run records, oldest first (in creation order), filtered and paged.
-
-        Args:
-            status: only runs with one of these statuses.
-            workflow: only runs of this workflow.
-            after: a run id: only runs created after it (keyset pagination:
-                pass the last id of the previous page).
-            limit: at most this many records.
-            version: only runs started under this workflow version. (The
-                engine passes it only when asked to, so a store written
-                before versions existed still lists runs.)
-
-        Validate the arguments with :func:`check_run_filter
-        <tether.stores.check_run_filter>`; stores that scan their records
-        apply :meth:`RunFilter.page <tether.stores.RunFilter.page>`.
-
-        Raises:
-            UsageError: invalid arguments.
-            RunNotFoundError: *after* names no stored run.
-        """
-
-    async def append(self, run_id: str, entries: Sequence[Entry]) -> Sequence[Entry]:
-        """Atomically append journal entries to a run; the one journal write.
-
-        Assigns each entry the run's next ``seq`` (distinct and increasing,
-        also under concurrent appends) and returns the stored entries. (The
-        engine tolerates ``None`` from a store that does not report them:
-        the write counts as done, with the seq unknown to hooks.)
-
-        The built-in stores are idempotent: an entry equal to one already
-        stored in the run (same :attr:`Entry.idempotency_key`) is not stored
-        again; the stored entry is returned in its place. A cancelled append
-        either stored its entries whole or stored nothing; when a store cannot
-        tell which (a write already handed to a thread), retrying the same
-        entries is safe.
-
-        Fenced: every entry's ``token`` must be the run's current one, checked
-        in the same atomic step as the write (:func:`check_append
-        <tether.stores.check_append>`).
-
-        Raises:
-            RunNotFoundError: no run with this id.
-            LeaseLostError: an entry's token is not the run's current one;
-                nothing was written.
-        """
-
-    async def load_entries(self, run_id: str) -> Sequence[Entry]:
-        """The run's journal in ``seq`` order (empty for an unknown run).
-
-        Strict: a missing seq below the highest, or an entry that does not
-        match its checksum, raises :class:`~tether.CheckpointCorruptError`.
-        """
-
-
-@runtime_checkable
-class WorkerStore(Store, Protocol):
-    """A store that serves workers (``tether.open_worker``): it has :meth:`claim_next`.
-
-    Optional: the engine needs only :class:`Store`; ``open_worker`` refuses a
-    store without ``claim_next``. The built-in stores all have it.
-    """
-
-    async def claim_next(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        workflows: Collection[Served | str],
-        max_dispatches: int,
-        gone: Collection[str] = (),
-        now: datetime | None = None,
-    ) -> RunRecord | None:
-        """A worker's claim: take the lease of the oldest dispatchable run, in one atomic step.
-
-        *workflows* are the ``(name, version)`` pairs the worker serves (a
-        plain name stands for ``(name, None)``, the unversioned workflow;
-        :func:`check_served <tether.stores.check_served>` validates them). A
-        run matches only its own pair: a worker serving version ``"2"``
-        never takes a version ``"1"`` run.
-
-        Dispatchable (:func:`dispatchable
-        <tether.stores.dispatchable>`): a run of one of *workflows* that is
-        ``queued``, ``waiting`` with a ``wake_at`` no later than *now* (the
-        claiming engine's clock, validated by :func:`check_now
-        <tether.stores.check_now>`; ``None``: the wall clock), or
-        ``running`` without a live lease (no owner, its
-        owner's lease expired, or its owner is one of *gone*, owners the
-        caller knows to be dead). Candidates are taken oldest first and
-        decided by :func:`decide_dispatch <tether.stores.decide_dispatch>`:
-        one with a recorded cancel is stored ``cancelled`` and one already
-        dispatched *max_dispatches* times is stored ``dead_letter``, and the
-        next candidate is tried; otherwise the claim is written (token and
-        ``dispatches`` grow by one, status ``running``, owner *owner*) and
-        *owner*'s lease expiry set to now + *ttl*, as :meth:`claim` does.
-
-        Concurrent calls, from any process, never claim the same run.
-
-        Returns:
-            The claimed record (``lease_expires_at`` set), or ``None`` when
-            no run is dispatchable now.
-        """
-
-
-#: Methods a store needs to serve workers (``tether.open_worker``), beyond :data:`STORE_METHODS`.
-WORKER_METHODS: Final = ("claim_next",)
-
-
-@runtime_checkable
-class AdvertisingStore(Protocol):
-    """A store where workers say what they serve, so stranded runs can be found (optional).
-
-    ``open_worker`` advertises through it when the store has these methods,
-    and ``engine.list_runs(stranded=True)`` (``tether runs list --stranded``)
-    needs them; the built-in stores all have them. Advertisements are kept
-    apart from leases: renewing one never extends the other.
-    """
-
-    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
-        """Record that worker *owner* serves *serves* until now + *ttl* (store's clock).
-
-        One write, replacing what *owner* advertised before; ``ttl=0``
-        withdraws the advertisement. Idempotent. A store may drop expired
-        advertisements here.
-
-        Raises:
-            UsageError: an invalid owner, ttl, or pair.
-        """
-
-    async def list_workers(self) -> Sequence[WorkerAd]:
-        """The advertisements that have not expired on the store's clock, by owner.
-
-        Raises:
-            CheckpointCorruptError: a stored advertisement cannot be read.
-        """
-
-
-#: Methods of :class:`AdvertisingStore`: what finding stranded runs needs.
-ADVERTISE_METHODS: Final = ("advertise", "list_workers")
-
-
-@runtime_checkable
-class DeletableStore(Protocol):
-    """A store that can delete a run with its journal (optional).
-
-    Retention (``tether runs prune``) needs it; the engine never calls it,
-    so a store without it works everywhere else. The built-in stores all
-    have it; :func:`tether.testing.check_store` checks it when present.
-    """
-
-    async def delete_run(self, run_id: str) -> bool:
-        """Delete the run record and its whole journal, in one atomic step.
-
-        Atomic for every reader, in every process: a read sees the whole run
-        or no run (never a record without its journal, never a journal with
-        a gap), also after a crash in the middle of the delete. A deleted id
-        reads as unknown (``get_run`` returns ``None``, ``load_entries`` an
-        empty journal), is gone from ``list_runs``, and can be created again,
-        fresh (token 1, an empty journal), by ``create_run`` or ``claim``.
-        Whatever the status: choosing which runs may go is the caller's
-        (``runs prune`` deletes finished ones).
-
-        Decide with :func:`check_delete <tether.stores.check_delete>` on the
-        record read in the same atomic step. Cancelled, it deleted the run
-        whole or not at all (a retry is safe).
-
-        Returns:
-            ``True`` when the run was deleted, ``False`` when no run has this
-            id (nothing changes).
-
-        Raises:
-            RunConflictError: an owner holds a live lease on the run (it is
-                executing); nothing was deleted.
-        """
-
-
-#: Methods of :class:`DeletableStore`: what deleting runs needs.
-DELETE_METHODS: Final = ("delete_run",)
-
-
-@runtime_checkable
-class WatchableStore(Protocol):
-    """A store that announces changes, so waiters need not poll (optional).
-
-    ``open_engine`` starts :meth:`watch` in its own nursery when the store
-    has it; ``engine.wait`` and workers then wake at once on a change and
-    poll only as a fallback.
-    """
-
-    async def watch(self, changed: Callable[[], None]) -> None:
-        """Call *changed()*, in this Trio run, after changes to runs; never return.
-
-        A change is a committed write of a run record by anyone (a new or
-        queued run, a status change, a recorded cancel), in any process.
-        Notifications are hints: one may be lost (a dropped connection) or
-        stand for several changes, so callers re-read what they wait for.
-        Runs until cancelled; store errors are retried, not raised.
-        """
