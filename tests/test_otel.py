@@ -553,3 +553,26 @@ def test_import_without_opentelemetry() -> None:
     assert done.returncode == 1
     assert "ImportError: tether.otel needs the OpenTelemetry API" in done.stderr
     assert "pip install 'tether[otel]'" in done.stderr
+
+
+@tether.workflow(name="tests.otel.kid")
+async def kid(n: int) -> int:
+    return await quick(n)
+
+
+@tether.workflow(name="tests.otel.parent")
+async def parent(n: int) -> int:
+    return await tether.child(kid, n) + 1
+
+
+async def test_a_child_run_is_traced_under_its_parent(tracing: Tracing) -> None:
+    async with tether.open_engine(tether.MemoryStore(), hooks=[tracing.hooks]) as engine:
+        assert await engine.run(parent, 1, run_id="p") == 2
+    by_run = {attr(s, "tether.run.id"): s for s in tracing.runs()}
+    assert set(by_run) == {"p", "p:child#0"}
+    outer, inner = by_run["p"], by_run["p:child#0"]
+    # The child's execution nests under its parent's, in the parent's trace, and
+    # links to its own run context (so its later executions join it).
+    assert parent_id(inner) == span_id(outer)
+    assert trace_id(inner) == trace_id(outer)
+    assert linked(inner) == [run_span_context("p:child#0")]
