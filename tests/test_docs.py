@@ -49,9 +49,10 @@ PAIRED = {
     "how-to/tracing.md": "tracing.py",
     "how-to/child-runs.md": "children.py",
     "how-to/timers-and-retries.md": "timers.py",
+    "how-to/signals.md": "signals.py",
 }
 #: examples that wait for other processes, so run on the real clock
-REAL_TIME = frozenset({"processes.py", "scale_out.py"})
+REAL_TIME = frozenset({"processes.py", "scale_out.py", "signals.py"})
 #: pages whose ```python blocks, in order, are a pytest module run from here
 EXECUTED = "how-to/test-a-workflow.md"
 

@@ -148,7 +148,7 @@ async def test_many_stores_open_one_fresh_schema_at_once(server: PostgresServer)
             await store.close()
     assert server.sql(f'SELECT version FROM "{schema}".tether_schema') == [(PG_SCHEMA_VERSION,)]
     tables = server.sql("SELECT tablename FROM pg_tables WHERE schemaname = %s", schema)
-    expected = ["entries", "owners", "runs", "tether_schema", "workers"]
+    expected = ["entries", "messages", "owners", "runs", "tether_schema", "workers"]
     assert sorted(t for (t,) in tables) == expected
 
 

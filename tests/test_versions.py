@@ -377,6 +377,7 @@ async def test_an_sqlite_file_of_schema_3_is_migrated(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP TABLE workers")
+        conn.execute("DROP TABLE messages")  # (schema 6's)
         conn.execute("ALTER TABLE runs DROP COLUMN version")
         conn.execute("DROP INDEX runs_wake")  # (schema 5's, see tests/test_timers.py)
         conn.execute("ALTER TABLE runs DROP COLUMN wake_at")
@@ -398,6 +399,7 @@ async def test_a_postgres_schema_of_version_1_is_migrated(postgres_server: Postg
     await store.close()
     schema = f'"{store.schema}"'
     postgres_server.sql(f"DROP TABLE {schema}.workers")
+    postgres_server.sql(f"DROP TABLE {schema}.messages")  # (schema 4's)
     postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN version")
     postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN wake_at")  # (schema 3's)
     postgres_server.sql(f"UPDATE {schema}.tether_schema SET version = 1")

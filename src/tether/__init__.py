@@ -21,6 +21,7 @@ from ._errors import CodecError as CodecError
 from ._errors import InvalidResponseError as InvalidResponseError
 from ._errors import InvariantViolation as InvariantViolation
 from ._errors import LeaseLostError as LeaseLostError
+from ._errors import MessageRejectedError as MessageRejectedError
 from ._errors import NonDeterminismError as NonDeterminismError
 from ._errors import NotInRunError as NotInRunError
 from ._errors import RunCancelledError as RunCancelledError
@@ -37,6 +38,7 @@ from ._errors import UsageError as UsageError
 from ._errors import WorkflowNotFoundError as WorkflowNotFoundError
 from ._events import CheckpointStored as CheckpointStored
 from ._events import LiveRun as LiveRun
+from ._events import MessageReceived as MessageReceived
 from ._events import OpenRun as OpenRun
 from ._events import RunEvent as RunEvent
 from ._events import RunFinished as RunFinished
@@ -52,6 +54,7 @@ from ._patches import deprecate_patch as deprecate_patch
 from ._patches import patched as patched
 from ._progress import describe_event as describe_event
 from ._progress import show_progress as show_progress
+from ._receive import receive as receive
 from ._requests import Paused as Paused
 from ._requests import Request as Request
 from ._retry import Retry as Retry
@@ -92,6 +95,8 @@ __all__ = (
     "LeaseLostError",
     "LiveRun",
     "MemoryStore",
+    "MessageReceived",
+    "MessageRejectedError",
     "PostgresStore",
     "NonDeterminismError",
     "NotInRunError",
@@ -142,6 +147,7 @@ __all__ = (
     "open_worker",
     "parallel",
     "patched",
+    "receive",
     "register_type",
     "schedule",
     "show_progress",

@@ -21,7 +21,10 @@ the child by its stored status:
 Under a worker, a child parks on its timers as its parent would (the
 parent's ``park_after``); the parent's call then waits for the child's
 wake-up time as a durable timer's wait does, so the parent parks too when
-nothing else of it is busy, and it looks at the child again when due.
+nothing else of it is busy, and it looks at the child again when due. A
+child parked waiting for a message (``tether.receive``, no wake-up time) is
+left to the workers, which a send to it wakes; the parent's call waits for
+its outcome as ``engine.wait`` does, holding the parent's slot.
 
 Cancellation: the parent's caller cancelling (or the parent losing its
 lease) stops the child's execution as a caller cancellation: promptly,
@@ -254,6 +257,11 @@ def _journaled(
     return child_id
 
 
+def _awaits_message(record: RunRecord) -> bool:
+    """Whether the run of *record* is parked until a message is sent to it."""
+    return record.status is RunStatus.WAITING and record.wake_at is None
+
+
 def _elsewhere(engine: Engine, record: RunRecord) -> bool:
     """Whether another live owner executes the run of *record* (its lease is not ours)."""
     return (
@@ -280,7 +288,7 @@ async def _reattach(
             record = await run.store.get_run(child_id)
         if record is not None:
             _check_same(run, key, wf, args_text, record)
-        if record is None or not _elsewhere(engine, record):
+        if record is None or not (_elsewhere(engine, record) or _awaits_message(record)):
             try:
                 return await _execute_here(run, engine, wf, args, child_id, record)
             except (RunConflictError, LeaseLostError):
@@ -288,10 +296,13 @@ async def _reattach(
                 # outcome is the child's. (Other conflicts were checked above.)
                 pass
             except Waiting as parked:
-                # Under a worker, the child parked on its timers: this task waits
-                # for the same moment as a timer does, so the parent may park too.
-                await run.sleep_until(parked.wake_at)
-                continue
+                if parked.wake_at is not None:
+                    # Under a worker, the child parked on its timers: this task waits
+                    # for the same moment as a timer does, so the parent may park too.
+                    await run.sleep_until(parked.wake_at)
+                    continue
+                # Parked until a message is sent to it: nothing here can tell
+                # when, and a worker executes it then. Wait for its outcome.
         with trio.move_on_after(engine.lease_ttl):
             try:
                 return await engine.wait(child_id)

@@ -6,7 +6,8 @@ finished runs (``_cli_runs``; they never create a store). ``tether run
 MODULE:WORKFLOW`` and ``tether resume RUN_ID`` execute with a live progress
 display (``_cli_exec``); ``tether submit`` and ``tether worker`` use the queue
 (``_cli_worker``); ``tether schedules list`` shows the schedules of the
-imported modules (``_cli_schedules``). How runs are printed is ``_cli_format``; the exit statuses
+imported modules (``_cli_schedules``); ``tether send`` sends a run a message
+(``_cli_send``). How runs are printed is ``_cli_format``; the exit statuses
 are ``_cli_exits``, listed by each command's ``--help``.
 
 Each subcommand is added by one ``_add_*`` function, through :func:`_command`,
@@ -35,6 +36,7 @@ from ._cli_exits import (
 )
 from ._cli_runs import PRUNABLE, parse_age, parse_statuses, runs
 from ._cli_schedules import add_schedules_commands, schedules_command
+from ._cli_send import add_send_command, send_command
 from ._cli_stores import DEFAULT_STORE, STORE_ENV, STORE_HELP, SpecError, StoreSpec, store_help
 from ._cli_worker import queue_command
 from ._version import __version__
@@ -331,8 +333,9 @@ def _add_queue(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.A
         type=float,
         default=60.0,
         metavar="SECONDS",
-        help="a run whose every task waits, with its next timer due later than this, is "
-        "parked: stored waiting, its lease and slot given up, until it is due (default 60)",
+        help="a run whose every task waits, on messages or on timers due later than this, "
+        "is parked: stored waiting, its lease and slot given up, until it is due or sent a "
+        "message (default 60)",
     )
     worker.add_argument(
         "--schedules",
@@ -374,6 +377,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parsers |= _add_execute(sub, store)
     parsers |= _add_queue(sub, store)
     parsers |= add_schedules_commands(sub, _imports(store), _command, _READS)
+    parsers |= add_send_command(sub, _imports(store), _command, _READS)
     parsers |= _add_ui(sub, store)
     return parser, parsers
 
@@ -418,6 +422,7 @@ _COMMANDS: dict[str, _Command] = {
     "worker": queue_command,
     "submit": queue_command,
     "schedules list": schedules_command,
+    "send": send_command,
     "list": runs,
     "show": runs,
     "cancel": runs,

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from ._codec import codec
 from ._engine import RunInfo
 from ._errors import TetherError
-from .stores import Entry, EntryKind, EntryStatus, RunRecord, RunStatus
+from .stores import Entry, EntryKind, EntryStatus, Message, RunRecord, RunStatus
 
 __all__ = (
     "cli_message",
@@ -144,6 +144,8 @@ def _execution(info: RunInfo, store: str | None) -> str:
     if info.status is RunStatus.QUEUED:
         return "waiting for a worker"
     if info.status is RunStatus.WAITING:
+        if info.wake_at is None:
+            return "parked, waiting for a message"
         return f"parked on its timers {_wake(info)}"
     if info.status is RunStatus.DEAD_LETTER:
         return f"set aside after {info.dispatches} dispatches — {_next_step(info, store)}"
@@ -241,6 +243,10 @@ def _entry_outcome(entry: Entry) -> str:
         return text
     if entry.value is None:
         return "-"
+    if entry.kind is EntryKind.MESSAGE:
+        taken = _stored(entry.value)
+        if isinstance(taken, dict) and set(taken) == {"seq", "name", "value"}:
+            return f"message {taken['seq']}: {json_text(taken['value'])}"
     if entry.kind is EntryKind.TIMER:
         due = _stored(entry.value)
         moment = _moment(due.get("due")) if isinstance(due, dict) else None
@@ -302,9 +308,13 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def run_json(info: RunInfo, *, detail: bool = False) -> dict[str, Any]:
+def run_json(
+    info: RunInfo, *, detail: bool = False, messages: Sequence[Message] = ()
+) -> dict[str, Any]:
     """One run as ``runs list --json`` prints it; with *detail*, as ``runs show --json``
-    does: the same fields, and its result, its pending requests and its journal."""
+    does: the same fields, and its result, its pending requests, its journal and, when it
+    was sent any, its *messages* (each with the key of the receive that took it, or
+    ``null``)."""
     data: dict[str, Any] = {
         "run_id": info.run_id,
         "workflow": info.workflow,
@@ -330,7 +340,30 @@ def run_json(info: RunInfo, *, detail: bool = False) -> dict[str, Any]:
             for r in info.requests
         ]
         data["entries"] = [_entry_json(e) for e in info.entries]
+    if detail and messages:
+        takers = _takers(info.entries)
+        data["messages"] = [
+            {
+                "seq": m.seq,
+                "name": m.name,
+                "sent_at": m.sent_at.isoformat(),
+                "value": _stored(m.value),
+                "taken_by": takers.get(m.seq),
+            }
+            for m in messages
+        ]
     return data
+
+
+def _takers(entries: Sequence[Entry]) -> dict[int, str]:
+    """Which receive took each message: its seq -> the key of the journal entry that took it."""
+    found: dict[int, str] = {}
+    for entry in entries:
+        if entry.kind is EntryKind.MESSAGE and entry.value is not None:
+            taken = _stored(entry.value)
+            if isinstance(taken, dict) and type(taken.get("seq")) is int:
+                found[taken["seq"]] = entry.key
+    return found
 
 
 def _entry_json(entry: Entry) -> dict[str, Any]:
@@ -347,8 +380,16 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
     }
 
 
-def print_run(info: RunInfo, out: TextIO, *, width: int | None, store: str | None = None) -> None:
-    """``runs show``: values cut to *width* columns (``None``: shown in full, ``--full``)."""
+def print_run(
+    info: RunInfo,
+    out: TextIO,
+    *,
+    width: int | None,
+    store: str | None = None,
+    messages: Sequence[Message] = (),
+) -> None:
+    """``runs show``: values cut to *width* columns (``None``: shown in full, ``--full``);
+    *messages*, the run's mailbox, listed with the receive that took each (or pending)."""
     cut = None if width is None else width - 11
 
     def field(name: str, value: str) -> None:
@@ -368,6 +409,9 @@ def print_run(info: RunInfo, out: TextIO, *, width: int | None, store: str | Non
         field("owner", f"none{last}")
     elif info.status is RunStatus.QUEUED:
         field("status", f"{info.status.value} — waiting for a worker")
+    elif info.status is RunStatus.WAITING and info.wake_at is None:
+        field("status", f"{info.status.value} — parked, waiting for a message, holding no lease")
+        field("wakes", "when a message is sent to it: any worker takes it up then")
     elif info.status is RunStatus.WAITING:
         field("status", f"{info.status.value} — parked on its timers, holding no lease")
         field("wakes", f"{_wake(info).removeprefix('until ')}: any worker takes it up then")
@@ -398,6 +442,8 @@ def print_run(info: RunInfo, out: TextIO, *, width: int | None, store: str | Non
             print(f"  - {_abbrev(text, None if width is None else width - 4)}", file=out)
     else:
         print("\npending requests: none", file=out)
+    if messages:
+        _print_messages(info, messages, out, width)
     failed = [e for e in info.entries if e.status is EntryStatus.FAILED and e.error is not None]
     if failed:
         print(f"\nfailed attempts ({len(failed)}):", file=out)
@@ -432,3 +478,23 @@ def print_run(info: RunInfo, out: TextIO, *, width: int | None, store: str | Non
         "VALUE / ERROR",
     )
     _table(out, header, rows, width)
+
+
+def _print_messages(
+    info: RunInfo, messages: Sequence[Message], out: TextIO, width: int | None
+) -> None:
+    """The run's messages: seq, name, when sent, the receive that took it (or pending), value."""
+    takers = _takers(info.entries)
+    pending = sum(m.seq not in takers for m in messages)
+    print(f"\nmessages ({len(messages)}, {pending} pending):", file=out)
+    rows = [
+        (
+            str(m.seq),
+            m.name,
+            _clock(m.sent_at, info.created_at),
+            takers.get(m.seq, "pending"),
+            _stored_json(m.value),
+        )
+        for m in messages
+    ]
+    _table(out, ("SEQ", "NAME", "SENT (UTC)", "TAKEN BY", "VALUE"), rows, width)

@@ -28,7 +28,7 @@ from ._errors import RunConflictError, TetherError, UsageError
 from ._ownership import owner_is_gone
 from ._patches import on_old_path
 from ._timeline import timeline_svg
-from .stores import DeletableStore, RunRecord, RunStatus, Store
+from .stores import DeletableStore, RunRecord, RunStatus, Store, mailbox_of
 
 __all__ = ("PRUNABLE", "parse_age", "parse_statuses", "runs")
 
@@ -232,10 +232,13 @@ async def _runs_command(
         if info is None:
             print(f"tether: no run {args.run_id!r} in {spec}", file=err)
             return EXIT_FAILED
+        mailbox = mailbox_of(engine.store)
+        messages = () if mailbox is None else await mailbox.load_messages(args.run_id)
         if args.json:
-            print(json.dumps(run_json(info, detail=True), indent=2), file=out)
+            print(json.dumps(run_json(info, detail=True, messages=messages), indent=2), file=out)
         else:
-            print_run(info, out, width=None if args.full else terminal_width(), store=named)
+            width = None if args.full else terminal_width()
+            print_run(info, out, width=width, store=named, messages=messages)
         if args.timeline is not None:
             try:
                 args.timeline.write_text(timeline_svg(info.entries), encoding="utf-8")

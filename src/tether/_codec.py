@@ -127,6 +127,19 @@ class Codec:
             )
         return text, back
 
+    def unsupported(self, tp: Any) -> str | None:
+        """Why the codec cannot decode values into *tp*, or ``None`` when it can.
+
+        A look-up of the decoding, not a decode: a class the codec does not
+        support, alone, in a container or among an attrs class's fields, is
+        found before any value exists (``@tether.workflow(signals=...)``).
+        """
+        try:
+            self._conv.get_structure_hook(tp, cache_result=False)
+        except Exception as exc:
+            return f"{_explain(exc)}.{_SUPPORTED}"
+        return None
+
     def decode(self, text: str, tp: Any, *, what: object) -> Any:
         """Decode stored JSON *text* strictly into *tp*.
 

@@ -44,6 +44,7 @@ from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_i
 from ._replay import decode_workflow_args
 from ._requests import Paused, Request, request_from_json
 from ._serving import live_workers, stranded_records
+from ._signals import send
 from ._workflow import Workflow, lookup_workflow, registered_keys, registered_names
 from .stores._leases import version_conflict
 from .stores._protocol import (
@@ -443,6 +444,43 @@ class Engine:
                     raise Paused(run_id, self._requests(record))
                 await self._changes.wait(seen, poll)
                 poll = min(poll * 2, _MAX_POLL)
+
+    async def send(self, run_id: str, name: str, value: Any) -> None:
+        """Send the message *name* with *value* to the run *run_id*, from any process.
+
+        The run's workflow must be defined in this process (its name and
+        version), and declare the message
+        (``@tether.workflow(signals={name: type})``); the value is encoded by
+        that type and decoded back strictly, as ``tether.receive`` will decode
+        it. Only then is it stored in the run's mailbox, after the messages
+        sent before it; it waits there until a ``tether.receive(name, type)``
+        of the run takes it (each message is taken by exactly one receiving
+        call, in send order per name). A receive waiting in this process
+        wakes at once; one in another process where the store announces
+        changes, else within a second. A run parked by a worker, waiting for
+        messages or timers, is made due in the same write, so any worker
+        claims it at once. A paused run keeps its messages for its resume.
+
+        A checkpoint. Cancelled, the message was stored whole or not at all
+        (for a store that writes in a thread, it may land after the
+        cancellation): a message sent again is a second message.
+
+        Raises:
+            UsageError: *run_id* or *name* is invalid, or the store keeps no
+                messages (it is not a ``MailboxStore``).
+            RunNotFoundError: no run with this id.
+            RunConflictError: the run has finished (completed, failed,
+                dead-letter or cancelled: the error names which); nothing was
+                stored.
+            WorkflowNotFoundError: the run's workflow (or its version) is not
+                defined in this process: import the module that defines it.
+            MessageRejectedError: the workflow declares no message *name*, or
+                *value* is not of its type; nothing was stored.
+            StoreError: the store failed.
+        """
+        self._check_open()
+        await send(self._store, run_id, name, value, find=self._find_workflow, now=self._clock.now)
+        self._changes.notify()  # receives waiting here read the mailbox at once
 
     async def cancel(self, run_id: str) -> None:
         """Cancel the run *run_id*, wherever it executes; ``cancelled`` is final.
@@ -857,6 +895,7 @@ class Engine:
             parent=parent,
             clock=self._clock,
             park_after=park_after if parent is None else parent.park_after,
+            signals=wf.signals,
         )
         execution = Execution(
             store=self._store,

@@ -20,6 +20,7 @@ __all__ = (
     "InvalidResponseError",
     "InvariantViolation",
     "LeaseLostError",
+    "MessageRejectedError",
     "NonDeterminismError",
     "NotInRunError",
     "RunCancelledError",
@@ -221,6 +222,18 @@ class InvalidResponseError(TetherError, TypeError):
     ``bool``, ``"1"`` is not an ``int``). Nothing is journaled and the run
     stays ``paused`` with the same pending requests; resume again with a
     response of the right type.
+    """
+
+
+class MessageRejectedError(TetherError, TypeError):
+    """``engine.send`` refused a message: the run's workflow does not take it.
+
+    Raised when the workflow does not declare the message's name
+    (``@tether.workflow(signals={...})``; the message names the declared
+    ones), or when the value does not encode and decode back strictly as the
+    declared type (no lenient coercion: ``"1"`` is not an ``int``). Nothing
+    was stored; the run is unchanged. Retrying the same message fails the
+    same way: send a declared name with a value of its type.
     """
 
 

@@ -32,6 +32,7 @@ R = TypeVar("R")
 __all__ = (
     "CheckpointStored",
     "LiveRun",
+    "MessageReceived",
     "Observer",
     "RunEvent",
     "RunFinished",
@@ -128,6 +129,19 @@ class TimerFired(RunEvent):
 
     key: str
     due: datetime  #: when it was due, on the engine's clock (UTC)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class MessageReceived(RunEvent):
+    """A ``tether.receive()`` took a message from the run's mailbox and journaled it.
+
+    Not reported for a receive replayed from the journal.
+    """
+
+    key: str  #: the receive's key (``receive.approve#0``)
+    name: str  #: the message's name
+    seq: int  #: its seq in the run's mailbox (1, 2, 3, ... in send order)
 
 
 @final

@@ -50,6 +50,7 @@ from ._errors import LeaseLostError, NonDeterminismError, RunCancelledError
 from ._hooks import HookEvent, Hooks
 from ._nurseries import unwrap_single
 from ._ownership import Leases
+from ._receive import wake_if_sent
 from ._replay import Replay
 from ._requests import Paused, Request, request_to_json
 from ._run import Frame, RunState, error_info, frame_var
@@ -295,8 +296,8 @@ class Execution:
                 await self._undo(state.aborted)
             elif state.cancel_requested and not self.finished:
                 await self._cancelled()
-            elif not self.finished and state.wake_at is not None:
-                await self._park(state.wake_at)  # settled on timers alone, under a worker
+            elif not self.finished and state.parked:
+                await self._park(state.wake_at)  # settled on timers or receives, under a worker
             elif not self.finished:
                 # Only a settlement cancels the run's scope and leaves the
                 # workflow unfinished.
@@ -394,20 +395,25 @@ class Execution:
             requests=tuple(request_to_json(r) for r in requests),
         )
 
-    async def _park(self, wake_at: datetime) -> None:
+    async def _park(self, wake_at: datetime | None) -> None:
         """Store the settled run as ``waiting`` until *wake_at*, released; raise :class:`Waiting`.
 
-        Parking is an outcome: the dispatches this worker's claim counted are
-        given back (see ``max_dispatches``), so a run that parks often is
-        never set aside for it.
+        *wake_at* ``None``: until a message is sent to it (its tasks wait in
+        ``tether.receive``). Parking is an outcome: the dispatches this
+        worker's claim counted are given back (see ``max_dispatches``), so a
+        run that parks often is never set aside for it. A run parked with
+        receives waiting reads its mailbox once more after the write, for a
+        send that landed before it (:func:`._receive.wake_if_sent`).
         """
+        state = self.state
+        parked = Waiting(state.run_id, wake_at)
         await self._settle(
-            Waiting(self.state.run_id, wake_at),
-            status=RunStatus.WAITING,
-            wake_at=wake_at,
-            requests=(),
-            dispatches=0,
+            parked, status=RunStatus.WAITING, wake_at=wake_at, requests=(), dispatches=0
         )
+        if state.awaited and self.error is parked:
+            woken = await wake_if_sent(state, self.store, self.leases)
+            if woken is not None:
+                self.error = Waiting(state.run_id, woken)
 
     async def _settle(self, outcome: Exception, **changes: Any) -> None:
         """Store the settled run with *changes*, released, and make *outcome* its result.

@@ -11,6 +11,7 @@ from ._errors import LeaseLostError, RunCancelledError, RunConflictError
 from ._events import (
     CheckpointStored,
     LiveRun,
+    MessageReceived,
     RunEvent,
     RunFinished,
     RunPaused,
@@ -59,6 +60,8 @@ def describe_event(event: RunEvent) -> str:
             return f"  timer {event.key}: sleeping until {event.due.isoformat()}"
         case TimerFired():
             return f"  timer {event.key}: due"
+        case MessageReceived():
+            return f"  receive {event.key}: message {event.name} (seq {event.seq})"
         case RunPaused():
             keys = ", ".join(r.key for r in event.requests)
             return f"run {event.run_id}: paused, waiting for answers to {keys}"

@@ -2,11 +2,12 @@
 
 Every call a run makes (a step, a stream, an ``ask``, a durable timer, a
 ``parallel()`` branch, a ``tether.patched()`` marker, a ``tether.child()``
-call) has a key, ``parent/name#n``, and a *position*: its index among the
-calls of its parent (the workflow, a step, a branch), counted in program
-order when it is called or started, like its key. Journal entries carry
-both (entries of older formats only the key). On replay, each call is
-matched against the entries loaded when the execution began:
+call, a ``tether.receive()``) has a key, ``parent/name#n``, and a
+*position*: its index among the calls of its parent (the workflow, a step,
+a branch), counted in program order when it is called or started, like its
+key. Journal entries carry both (entries of older formats only the key).
+On replay, each call is matched against the entries loaded when the
+execution began:
 
 - **by key**: the call journaled under this key must have been made at
   this same position, with the same arguments, and its value must decode as
@@ -72,6 +73,7 @@ REPLAYED: Final = frozenset(
         EntryKind.MARKER,
         EntryKind.TIMER,
         EntryKind.CHILD,
+        EntryKind.MESSAGE,
     }
 )
 
@@ -90,6 +92,7 @@ _KIND_NAMES: Final = {
     EntryKind.MARKER: "the patch marker",
     EntryKind.TIMER: "timer",
     EntryKind.CHILD: "the child run call",
+    EntryKind.MESSAGE: "the receive",
 }
 
 

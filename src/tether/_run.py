@@ -8,17 +8,18 @@ started in a plain ``trio.open_nursery`` (which inherits the context
 variable) is recognised and refused.
 
 :class:`RunState` holds the rest: the journal, settlement (when every task
-waits in ``ask``, the run pauses; under a worker, when every task waits and
-the next durable timer is far off, the run parks), live events, hooks,
-human input, and the execution's :class:`~._saver.Saver` (every save and
-shielded call).
+waits in ``ask``, the run pauses; under a worker, when every task waits,
+in ``receive`` or for a durable timer that is far off, the run parks), live
+events, hooks, human input, the messages read from the run's mailbox, and
+the execution's :class:`~._saver.Saver` (every save and shielded call).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -41,6 +42,7 @@ from ._hooks import HookEvent, Hooks
 from ._replay import Replay, divergence, undecodable
 from ._requests import Request
 from ._saver import Saver
+from .stores._mailbox import Message
 from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
 
 __all__ = (
@@ -199,17 +201,24 @@ class Wait:
 
     A wait for a durable timer has a *due* time instead: only the clock ends
     it, so while it lasts the run pauses on nobody's ``ask`` (the timer will
-    wake a task), and may park (see :meth:`RunState._check_settled`).
+    wake a task), and may park (see :meth:`RunState._check_settled`). A wait
+    in ``tether.receive`` has the message's name (*receive*): only a send
+    ends it, and it never keeps the run from pausing or parking.
     """
 
-    __slots__ = ("active", "due", "request", "run")
+    __slots__ = ("active", "due", "receive", "request", "run")
 
     def __init__(
-        self, run: RunState, request: Request | None = None, due: datetime | None = None
+        self,
+        run: RunState,
+        request: Request | None = None,
+        due: datetime | None = None,
+        receive: str | None = None,
     ) -> None:
         self.run = run
         self.request = request  # the ask this wait answers, if any
         self.due = due  # the timer this wait sleeps on, if any
+        self.receive = receive  # the message name this wait receives, if any
         self.active = False
 
     def __enter__(self) -> Wait:
@@ -220,6 +229,8 @@ class Wait:
             run.asking[self.request.key] = self.request
         if self.due is not None:
             run.timers[self] = self.due
+        if self.receive is not None:
+            run.receiving[self] = self.receive
         run._check_settled()
         return self
 
@@ -235,6 +246,8 @@ class Wait:
                 del self.run.asking[self.request.key]
             if self.due is not None:
                 del self.run.timers[self]
+            if self.receive is not None:
+                del self.run.receiving[self]
 
 
 @attrs.define(eq=False)
@@ -276,7 +289,19 @@ class RunState:
     #: seconds off and every task waits; ``None`` (engine.run): never park
     park_after: float | None = None
     timers: dict[Wait, datetime] = attrs.field(factory=dict)  # timer waits now, with due times
-    wake_at: datetime | None = None  # once parked: when the run is due again
+    parked: bool = False  # settled to park (stored ``waiting``) under a worker
+    wake_at: datetime | None = None  # once parked: when the run is due again (None: a message)
+    # -- messages (see _receive) --
+    #: the messages the workflow declares (``@tether.workflow(signals=...)``): name -> type
+    signals: Mapping[str, Any] = attrs.field(factory=dict)
+    receiving: dict[Wait, str] = attrs.field(factory=dict)  # receive waits now, with names
+    #: once parked: the names receives waited for then (a message of one wakes the run)
+    awaited: frozenset[str] = frozenset()
+    #: messages read from the run's mailbox and not taken yet, in seq order
+    messages: list[Message] = attrs.field(factory=list)
+    mailbox_read: int = 0  # the highest seq read from the mailbox so far
+    #: seqs journaled by any execution or taken by this one (built when first needed)
+    taken: set[int] | None = None
     #: the last failed attempt of each step with a retry policy, from the loaded journal
     failures: dict[str, Entry] = attrs.field(factory=dict)
     # -- ownership --
@@ -301,7 +326,7 @@ class RunState:
     def task_done(self) -> None:
         """A tracked task finished (however it ended)."""
         self.live -= 1
-        if self.asking or self.timers:  # else nothing can settle (see _check_settled)
+        if self.asking or self.timers or self.receiving:  # else nothing can settle
             self._check_settled()
 
     def wait(self, request: Request | None = None) -> Wait:
@@ -312,10 +337,14 @@ class RunState:
         """A wait of the current task for the durable timer *due*; see :class:`Wait`."""
         return Wait(self, due=due)
 
+    def receive_wait(self, name: str) -> Wait:
+        """A wait of the current task for a message called *name*; see :class:`Wait`."""
+        return Wait(self, receive=name)
+
     def _check_settled(self) -> None:
         # Only when every live task is finished or waiting can the run settle.
         if (
-            not (self.asking or self.timers)
+            not (self.asking or self.timers or self.receiving)
             or self.settled is not None
             or self.aborted is not None
             or self.idle < self.live
@@ -326,21 +355,29 @@ class RunState:
             # Someone waits in ask(), and nothing in this execution can ever
             # answer it, unless a timer wakes a task first. Settle: cancel the
             # run scope (framework-owned, so completed saves drain) and pause.
+            # A receive waiting too does not keep it: its messages wait in the
+            # mailbox for the resume.
             if not self.timers:
                 self.settled = tuple(sorted(self.asking.values(), key=_key_order))
                 self.run_scope.cancel()
             return
-        # Only timers wake the run now. Under a worker, a wake-up far off is
-        # not worth a lease and a slot: park until then (the earliest timer).
-        # Time passing only brings it closer, so checking when a task starts
-        # waiting or ends is enough.
-        if self.park_after is None:
+        # Only timers and messages wake the run now. Outside a worker, the
+        # run waits here for them. Under a worker, a wake-up far off (or a
+        # message, which may never come) is not worth a lease and a slot:
+        # park until the earliest timer, or until a send (wake_at None),
+        # unless a timer wakes a task within park_after anyway. Time passing
+        # only brings timers closer, so checking when a task starts waiting
+        # or ends is enough. (park_after=math.inf: never park.)
+        if self.park_after is None or self.park_after == math.inf:
             return
-        wake_at = min(self.timers.values())
-        if (wake_at - self.clock.now()).total_seconds() > self.park_after:
-            self.settled = ()
-            self.wake_at = wake_at
-            self.run_scope.cancel()
+        wake_at = min(self.timers.values()) if self.timers else None
+        if wake_at is not None and (wake_at - self.clock.now()).total_seconds() <= self.park_after:
+            return
+        self.settled = ()
+        self.parked = True
+        self.wake_at = wake_at
+        self.awaited = frozenset(self.receiving.values())
+        self.run_scope.cancel()
 
     async def sleep_until(self, due: datetime) -> None:
         """Sleep until the engine's clock reads *due*, as a durable timer's wait.

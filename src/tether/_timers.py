@@ -42,12 +42,16 @@ __all__ = ("Waiting", "due_of", "sleep", "sleep_until")
 class Waiting(Exception):
     """A worker's execution parked the run until *wake_at* (status ``waiting``).
 
+    *wake_at* ``None``: until a message is sent to it (``tether.receive``).
     The outcome ``engine.execute_claimed`` raises for the worker; ``engine.run``
     never parks a run, so user code never sees it.
     """
 
-    def __init__(self, run_id: str, wake_at: datetime) -> None:
-        super().__init__(f"run {run_id!r} is waiting for its timers until {wake_at.isoformat()}")
+    def __init__(self, run_id: str, wake_at: datetime | None) -> None:
+        until = (
+            "for a message" if wake_at is None else f"for its timers until {wake_at.isoformat()}"
+        )
+        super().__init__(f"run {run_id!r} is waiting {until}")
         self.run_id = run_id
         self.wake_at = wake_at
 

@@ -30,6 +30,10 @@ and its slot is free at once. ``claim_next`` takes it again, here or in any
 other worker, once ``wake_at`` has come on the claimer's clock
 (``engine.clock``, passed as ``now``); this worker wakes for the runs it
 parked at exactly that moment, and finds those others parked by polling.
+A run whose tasks wait in ``tether.receive`` (with no timer due within
+``park_after``) parks the same way, with no ``wake_at`` when no timer is
+pending: it is not due until a send makes it due (``wake_at`` now, in the
+send's own write), which is a change like any other.
 
 A claim is one write of the store (``claim_next``) that moves a run to
 ``running`` with this engine's lease; the lease, its renewal and its fencing
@@ -232,7 +236,8 @@ class Worker:
             how = "paused"
         except Waiting as parked:
             how = "waiting"
-            heapq.heappush(self._wakes, parked.wake_at)
+            if parked.wake_at is not None:  # (else a send makes it due: a change)
+                heapq.heappush(self._wakes, parked.wake_at)
         except RunCancelledError:
             how = "cancelled"
         except LeaseLostError as exc:
@@ -324,13 +329,16 @@ async def open_worker(
             errors are retried and logged; see ``tether.schedule`` for missed
             ticks.
         park_after: seconds. A run whose every task waits (on durable
-            timers, ``tether.sleep`` or a retry's backoff, or for other
-            tasks), none in ``tether.ask``, and whose next timer is due more
-            than this far off on ``engine.clock``, *parks*: it is stored
-            ``waiting`` with that moment as its ``wake_at``, its lease
+            timers, ``tether.sleep`` or a retry's backoff, for messages in
+            ``tether.receive``, or for other tasks), none in ``tether.ask``,
+            and whose next timer is due more than this far off on
+            ``engine.clock`` (or that has none, waiting in ``receive``),
+            *parks*: it is stored ``waiting`` with that moment as its
+            ``wake_at`` (none when only a message can wake it), its lease
             released in the same write, and its slot freed; any worker
-            claims it again once it is due (this one wakes for it then).
-            ``math.inf``: never park (the run sleeps holding its slot).
+            claims it again once it is due, or once a message is sent to it
+            (this one wakes for its timer then). ``math.inf``: never park
+            (the run waits holding its slot).
 
     Leaving the block stops claiming, waits up to *grace*, then cancels the
     runs still held as a caller cancellation (prompt, no status written) and

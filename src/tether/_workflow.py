@@ -7,7 +7,7 @@ import inspect
 import math
 import re
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, ClassVar, Final, Generic, NoReturn, ParamSpec, TypeVar, final, overload
 
 import attrs
@@ -17,6 +17,7 @@ from ._codec import Signature
 from ._context import call_step as _call_step
 from ._errors import UsageError, WorkflowNotFoundError
 from ._retry import Retry
+from ._signals import check_signals
 
 __all__ = ("Step", "StreamStep", "Workflow", "lookup_workflow", "step", "stream_step", "workflow")
 
@@ -133,6 +134,9 @@ class Workflow(Generic[P, R_co]):
     #: the version stored with each run it starts (``None``: unversioned); a
     #: run resumes only where its workflow's name *and* version are registered
     version: str | None = None
+    #: the messages its runs take (``engine.send``, ``tether.receive``): name -> type
+    #: (read-only)
+    signals: Mapping[str, Any] = attrs.field(default=check_signals(None), kw_only=True)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R_co]:
         return self.fn(*args, **kwargs)
@@ -250,7 +254,10 @@ def stream_step(
 
 
 def _make_workflow(
-    fn: Callable[P, Awaitable[R]], name: str | None, version: str | None
+    fn: Callable[P, Awaitable[R]],
+    name: str | None,
+    version: str | None,
+    signals: Mapping[str, Any] | None = None,
 ) -> Workflow[P, R]:
     _check_async(fn, "tether.workflow")
     name = f"{fn.__module__}.{fn.__qualname__}" if name is None else name
@@ -261,7 +268,7 @@ def _make_workflow(
             f"a workflow version is a string of 1 to 100 letters, digits, '.', '_', '+' or "
             f"'-' (or None), not {version!r:.100}"
         )
-    wf = Workflow(fn, name, Signature(fn), version)
+    wf = Workflow(fn, name, Signature(fn), version, signals=check_signals(signals))
     _registry.setdefault(name, {})[version] = wf
     return wf
 
@@ -270,7 +277,10 @@ def _make_workflow(
 def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 @overload
 def workflow(
-    *, name: str | None = None, version: str | None = None
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    signals: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 def workflow(
     fn: Callable[P, Awaitable[R]] | None = None,
@@ -278,6 +288,7 @@ def workflow(
     *,
     name: str | None = None,
     version: str | None = None,
+    signals: Mapping[str, Any] | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Mark an ``async def`` as a workflow and register it by name (and version).
 
@@ -294,17 +305,24 @@ def workflow(
             registered, so several versions of one name can be registered
             side by side, each resuming its own runs, and workers claim only
             runs of the versions they serve.
+        signals: the messages its runs take, by name and type, such as
+            ``{"approve": bool, "item": Item}``: ``engine.send(run_id, name,
+            value)`` refuses any other name, and any value that does not
+            encode and decode back strictly as the type; ``tether.receive(name,
+            type)`` takes them in the run. Names are 1 to 100 letters, digits,
+            ``_``, ``-`` or ``.``; types, anything the codec decodes.
 
     Arguments are stored with the run and decoded by the parameter
     annotations when the run is resumed; the return annotation decodes the
     stored result.
 
     Raises:
-        UsageError: *fn* is not an ``async def``, or *name* or *version* is invalid.
+        UsageError: *fn* is not an ``async def``, or *name*, *version* or
+            *signals* is invalid.
     """
     if fn is not None:
-        return _make_workflow(fn, name, version)
-    return lambda f: _make_workflow(f, name, version)
+        return _make_workflow(fn, name, version, signals)
+    return lambda f: _make_workflow(f, name, version, signals)
 
 
 def _version_text(version: str | None) -> str:

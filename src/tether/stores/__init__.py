@@ -10,6 +10,18 @@ from ._leases import decide_cancel as decide_cancel
 from ._leases import decide_claim as decide_claim
 from ._leases import fenced_update as fenced_update
 from ._leases import renewal as renewal
+from ._mailbox import FINISHED as FINISHED
+from ._mailbox import MAILBOX_METHODS as MAILBOX_METHODS
+from ._mailbox import MESSAGE_FORMAT as MESSAGE_FORMAT
+from ._mailbox import MailboxStore as MailboxStore
+from ._mailbox import Message as Message
+from ._mailbox import check_after as check_after
+from ._mailbox import check_message_name as check_message_name
+from ._mailbox import check_send as check_send
+from ._mailbox import decide_send as decide_send
+from ._mailbox import load_message as load_message
+from ._mailbox import mailbox_of as mailbox_of
+from ._mailbox import message_gap as message_gap
 from ._memory import MemoryStore as MemoryStore
 from ._postgres import PostgresStore as PostgresStore
 from ._protocol import ADVERTISE_METHODS as ADVERTISE_METHODS
@@ -61,7 +73,10 @@ __all__ = (
     "ADVERTISE_METHODS",
     "DEAD_LETTER_ERROR",
     "DELETE_METHODS",
+    "FINISHED",
     "FORMAT_VERSION",
+    "MAILBOX_METHODS",
+    "MESSAGE_FORMAT",
     "SCHEMA_VERSION",
     "STORE_METHODS",
     "WORKER_METHODS",
@@ -74,7 +89,9 @@ __all__ = (
     "EntryStatus",
     "ErrorInfo",
     "FileStore",
+    "MailboxStore",
     "MemoryStore",
+    "Message",
     "PostgresStore",
     "RecordDecodeError",
     "Renewal",
@@ -87,17 +104,21 @@ __all__ = (
     "WatchableStore",
     "WorkerAd",
     "WorkerStore",
+    "check_after",
     "check_append",
     "check_delete",
     "check_max_dispatches",
+    "check_message_name",
     "check_now",
     "check_owner",
     "check_run_filter",
+    "check_send",
     "check_served",
     "check_ttl",
     "decide_cancel",
     "decide_claim",
     "decide_dispatch",
+    "decide_send",
     "dispatchable",
     "due",
     "dumps_record",
@@ -106,9 +127,12 @@ __all__ = (
     "fenced_update",
     "first_gap",
     "load_entry",
+    "load_message",
     "load_run_record",
     "loads_record",
     "loads_served",
+    "mailbox_of",
+    "message_gap",
     "renewal",
     "serves",
     "stranded",

@@ -10,6 +10,8 @@ Layout::
                 000000000001.json     Entry.to_json() of an append of one entry
                 000000000002.json     [Entry.to_json(), ...]: seqs 2, 3, 4 (one append)
                 000000000005.json
+            messages/                 the run's mailbox (made by its first message):
+                000000000001.json     Message.to_json(), one file per message, by seq
         .owners/<owner>.json          a lease holder's expiry (one file per owner)
         .trash/<random>/              a deleted run's folder, being removed (ignored by reads)
         .workers/<owner>.json         what a worker serves, until when (one file per worker)
@@ -50,6 +52,14 @@ run's token and writes, so the fencing check and the write are one atomic
 step for every process (a lock dies with its process). Leases are per owner:
 renewing an engine's leases rewrites one small file, however many runs it
 holds.
+
+A message is sent under the run's lock too: its seq is the highest stored
+plus one, and its file is published like an append's (fsynced, linked under
+its seq's name, the folder fsynced). When the send wakes a waiting run, its
+``run.json`` is replaced first: a crash between the two writes leaves a run
+due with no new message (the worker that claims it parks it again), never a
+message that wakes nothing. A run folder of an older tether has no
+``messages`` folder: its first message makes it.
 """
 
 from __future__ import annotations
@@ -93,6 +103,7 @@ from ._leases import (
     fenced_update,
     renewal,
 )
+from ._mailbox import Message, check_after, check_send, decide_send, load_message, message_gap
 from ._protocol import (
     Entry,
     RecordDecodeError,
@@ -125,6 +136,7 @@ MAX_RUN_ID_BYTES: Final = 200
 
 _RUN_FILE = "run.json"
 _ENTRIES = "entries"
+_MESSAGES = "messages"
 _TEMP = ".tmp-"
 _LOCK = ".lock"
 _OWNERS = ".owners"
@@ -982,23 +994,8 @@ class FileStore:
             return []
         entries_dir = folder / _ENTRIES
         self._check_folder(run_id, entries_dir)
-        found: list[tuple[int, Path]] = []
-        try:
-            with os.scandir(entries_dir) as it:
-                for d in it:
-                    if d.name.startswith("."):
-                        continue  # a temporary file of a write in progress
-                    m = _ENTRY_NAME.fullmatch(d.name)
-                    if m is None:
-                        raise self._corrupt(
-                            run_id, entries_dir / d.name, "unexpected name in a journal folder"
-                        )
-                    found.append((int(m[1]), entries_dir / d.name))
-        except OSError as exc:
-            raise self._corrupt(run_id, entries_dir, f"cannot be listed: {exc}") from None
-        found.sort()
         journal: list[Entry] = []
-        for seq, path in found:
+        for seq, path in self._numbered(run_id, entries_dir, "a journal folder"):
             expected = len(journal) + 1  # files hold seqs 1, 2, 3, ... in order, no gaps
             if seq > expected:
                 missing = entries_dir / f"{expected:012d}.json"
@@ -1009,6 +1006,117 @@ class FileStore:
                 )
             journal += self._load_file(run_id, path, seq)
         return journal
+
+    def _numbered(self, run_id: str, folder: Path, what: str) -> list[tuple[int, Path]]:
+        """The files of *folder* named by a seq (``000000000001.json``), in seq order.
+
+        Temporary files (of a write in progress) are skipped; any other name
+        is corrupt (*what* says which folder it is in).
+        """
+        found: list[tuple[int, Path]] = []
+        try:
+            with os.scandir(folder) as it:
+                for d in it:
+                    if d.name.startswith("."):
+                        continue  # a temporary file of a write in progress
+                    m = _ENTRY_NAME.fullmatch(d.name)
+                    if m is None:
+                        raise self._corrupt(run_id, folder / d.name, f"unexpected name in {what}")
+                    found.append((int(m[1]), folder / d.name))
+        except OSError as exc:
+            raise self._corrupt(run_id, folder, f"cannot be listed: {exc}") from None
+        found.sort()
+        return found
+
+    # -- mailboxes -----------------------------------------------------------------------
+
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """Store a message with the run's next seq under the run's lock; wake it if waiting.
+
+        See :meth:`MailboxStore.send_message
+        <tether.stores.MailboxStore.send_message>` and the module doc. A
+        checkpoint; cancelled, it stored the message whole or not at all (see
+        the class doc).
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunConflictError: the run has finished.
+            UsageError: invalid arguments, or a run id that is not safe.
+            CheckpointCorruptError: the run's record or mailbox cannot be read.
+            StoreError: the file system failed.
+        """
+        check_run_id(run_id)
+        sent_at = check_send(run_id, name, value, now)
+        message: Message = await self._call(
+            f"sending a message to run {run_id!r}", self._send_sync, run_id, name, value, sent_at
+        )
+        return message
+
+    def _send_sync(self, run_id: str, name: str, value: str, sent_at: datetime) -> Message:
+        with self._locked(run_id, "cannot send a message to") as folder:
+            record = decide_send(
+                self._read_run(run_id, folder, lease=False), run_id=run_id, now=sent_at
+            )
+            box = folder / _MESSAGES
+            if not os.path.lexists(box):
+                box.mkdir()
+                _fsync_dir(folder)
+            self._check_folder(run_id, box)  # never write through a link
+            found = self._numbered(run_id, box, "a mailbox folder")
+            seq = found[-1][0] + 1 if found else 1
+            message = Message(run_id=run_id, seq=seq, name=name, value=value, sent_at=sent_at)
+            if record is not None:
+                self._replace_run(folder, record)  # first: see the module doc
+            temp = _write_temp(box, dumps_record(message.to_json()).encode("utf-8"))
+            path = box / f"{seq:012d}.json"
+            try:
+                os.link(temp, path, follow_symlinks=False)
+            except FileExistsError:
+                raise self._corrupt(
+                    run_id, path, "exists, though it was not listed under the run's lock"
+                ) from None
+            finally:
+                temp.unlink()
+            _fsync_dir(box)
+        return message
+
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The run's messages with ``seq > after``, in order (empty for an unknown run).
+
+        A checkpoint.
+
+        Raises:
+            UsageError: *after* is not a non-negative integer, or the run id is not safe.
+            CheckpointCorruptError: a message file cannot be read or decoded,
+                disagrees with its name, or a seq is missing (none is skipped).
+        """
+        check_run_id(run_id)
+        after = check_after(after)
+        result: list[Message] = await self._call(
+            f"loading the messages of run {run_id!r}",
+            lambda: self._unless_deleted(run_id, lambda: self._messages_sync(run_id, after), []),
+        )
+        return result
+
+    def _messages_sync(self, run_id: str, after: int) -> list[Message]:
+        folder = self._run_dir(run_id)
+        if folder is None:
+            return []
+        box = folder / _MESSAGES
+        if not os.path.lexists(box):
+            return []  # no message yet (or a run folder of an older tether)
+        self._check_folder(run_id, box)
+        wanted = [(s, p) for s, p in self._numbered(run_id, box, "a mailbox folder") if s > after]
+        gap = message_gap([seq for seq, _ in wanted], after=after)
+        if gap is not None:
+            raise self._corrupt(run_id, box / f"{gap:012d}.json", f"message seq {gap} is missing")
+        messages = []
+        for seq, path in wanted:
+            try:
+                messages.append(load_message(self._read_file(run_id, path), run_id, seq))
+            except RecordDecodeError as exc:
+                raise self._corrupt(run_id, path, str(exc)) from None
+        return messages
 
     def _load_file(self, run_id: str, path: Path, first: int) -> list[Entry]:
         """The entries of journal file *path*, whose name says it starts at seq *first*."""

@@ -20,6 +20,7 @@ from ._leases import (
     fenced_update,
     renewal,
 )
+from ._mailbox import Message, check_after, check_send, decide_send
 from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd
 from ._queue import (
     check_max_dispatches,
@@ -35,7 +36,7 @@ __all__ = ("MemoryStore",)
 
 @final
 class MemoryStore:
-    """Keeps runs and journals in memory; nothing survives the process.
+    """Keeps runs, journals and messages in memory; nothing survives the process.
 
     Records are frozen and their values are JSON text, so what a reader gets
     can never be changed behind the store's back. Every method is a Trio
@@ -61,6 +62,7 @@ class MemoryStore:
         self._journals: dict[str, list[Entry]] = {}
         # run -> entry key -> the run's stored entries with that key (usually one)
         self._by_key: dict[str, dict[str, list[Entry]]] = {}
+        self._messages: dict[str, list[Message]] = {}  # run -> its mailbox, seq order
         self._watchers: set[Callable[[], None]] = set()
 
     def __repr__(self) -> str:
@@ -170,6 +172,9 @@ class MemoryStore:
     def _set(self, record: RunRecord) -> None:
         """Store *record* and tell the watchers."""
         self._runs[record.run_id] = record
+        self._changed()
+
+    def _changed(self) -> None:
         for changed in list(self._watchers):
             changed()
 
@@ -241,9 +246,48 @@ class MemoryStore:
         del self._runs[run_id]
         self._journals.pop(run_id, None)
         self._by_key.pop(run_id, None)
-        for changed in list(self._watchers):
-            changed()
+        self._messages.pop(run_id, None)
+        self._changed()
         return True
+
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """Store a message with the run's next seq; wake the run if it is waiting.
+
+        See :meth:`MailboxStore.send_message <tether.stores.MailboxStore.send_message>`.
+        A checkpoint before anything changes (cancelled, nothing is stored);
+        the watchers are told.
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunConflictError: the run has finished.
+            UsageError: invalid arguments.
+        """
+        sent_at = check_send(run_id, name, value, now)
+        await trio.lowlevel.checkpoint()
+        current = self._runs.get(run_id)
+        record = decide_send(current, run_id=run_id, now=sent_at)
+        mailbox = self._messages.setdefault(run_id, [])
+        message = Message(
+            run_id=run_id, seq=len(mailbox) + 1, name=name, value=value, sent_at=sent_at
+        )
+        mailbox.append(message)
+        if record is None:
+            self._changed()
+        else:
+            self._set(record)
+        return message
+
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The run's messages with ``seq > after``, in order (empty for an unknown run).
+
+        A checkpoint.
+
+        Raises:
+            UsageError: *after* is not a non-negative integer.
+        """
+        after = check_after(after)
+        await trio.lowlevel.checkpoint()
+        return self._messages.get(run_id, [])[after:]
 
     def _read(self, record: RunRecord) -> RunRecord:
         """*record* with its lease expiry filled while the owner's lease is live."""

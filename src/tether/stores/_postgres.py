@@ -1,6 +1,6 @@
 """A store on PostgreSQL: pooled sync connections in worker threads, group commit.
 
-Layout (schema version 3, kept in ``{schema}.tether_schema``), in a
+Layout (schema version 4, kept in ``{schema}.tether_schema``), in a
 PostgreSQL schema of its own (``schema=``, default ``tether``)::
 
     tether_schema(version integer)              -- one row: the schema version
@@ -16,6 +16,9 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
             ikey text,                          -- Entry.idempotency_key
             data text,                          -- Entry.to_json(), JSON text
             PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
+    messages(run_id text, seq integer,          -- runs' mailboxes
+             data text,                         -- Message.to_json(), JSON text
+             PRIMARY KEY (run_id, seq))
     owners(owner text PRIMARY KEY,              -- one row per lease holder:
            expires timestamptz,                 -- its leases' expiry, database clock
            last_claim text)                     -- its latest worker claim (retries)
@@ -34,10 +37,10 @@ A lease is per owner: renewing every run an engine holds is one row's
 update. Lease expiry is measured on the database's clock
 (``clock_timestamp()``), so the clocks of the machines never matter. Every
 write about a run locks its row (``SELECT ... FOR UPDATE``), decides with the
-shared rules of :mod:`._leases` and :mod:`._queue`, and writes, in one short
-transaction; a write of a run record also sends a notification
-(``pg_notify``, delivered at commit) that :meth:`PostgresStore.watch` turns
-into wake-ups.
+shared rules of :mod:`._leases`, :mod:`._queue` and :mod:`._mailbox`, and
+writes, in one short transaction; a write of a run record, and a message
+sent to a run, also sends a notification (``pg_notify``, delivered at
+commit) that :meth:`PostgresStore.watch` turns into wake-ups.
 
 Appends are group-committed: one writer thread takes every append queued
 while its previous transaction ran and stores them in one transaction of a
@@ -71,6 +74,7 @@ import trio
 
 from .._errors import UsageError
 from ._leases import check_owner, check_ttl
+from ._mailbox import Message, check_after, check_send
 from ._postgres_conn import Connections, _Abandoned, _Call, _describe, _psycopg
 from ._postgres_sql import statements
 from ._postgres_tables import Tables
@@ -593,6 +597,48 @@ class PostgresStore:
             for entry, got in zip(entries, done, strict=True)
         ]
 
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """Store a message with the run's next seq; wake the run if it is waiting.
+
+        One transaction: the run's row locked (``FOR UPDATE``), the send
+        decided (see :meth:`MailboxStore.send_message
+        <tether.stores.MailboxStore.send_message>`), the message inserted, a
+        waiting run made due, and watchers notified at commit. A retry after
+        an unclear outcome finds the message its earlier attempt committed and
+        returns it, so a message is never stored twice by one call. Cancelled,
+        it returns at once (see the class doc): the message may have been stored.
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunConflictError: the run has finished.
+            UsageError: invalid arguments.
+            StoreError: the database failed.
+        """
+        sent_at = check_send(run_id, name, value, now)
+        message = Message(run_id=run_id, seq=1, name=name, value=value, sent_at=sent_at)
+        attempted: list[tuple[int, str]] = []
+        return await self._call(
+            f"sending a message to run {run_id!r}",
+            lambda conn, retrying: self._tables.send_message(conn, retrying, message, attempted),
+        )
+
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The run's messages with ``seq > after``, in order (an index range).
+
+        A checkpoint; one query in a worker thread.
+
+        Raises:
+            UsageError: *after* is not a non-negative integer.
+            CheckpointCorruptError: a message does not decode or match its
+                checksum, or a seq below the highest is missing.
+            StoreError: the database failed.
+        """
+        after = check_after(after)
+        return await self._call(
+            f"loading the messages of run {run_id!r}",
+            lambda conn, retrying: self._tables.load_messages(conn, run_id, after),
+        )
+
     async def watch(self, changed: Callable[[], None]) -> None:
         """Call *changed()* after each committed change to a run record, from any process.
 
@@ -600,10 +646,10 @@ class PostgresStore:
         run record sends a notification at commit. Notifications are hints:
         after a lost connection the listener reconnects (with backoff) and
         calls *changed()* once, since anything may have changed meanwhile.
-        Never returns; cancel it to stop (the thread is stopped and waited
-        for, promptly). Store errors are retried, not raised. (Through
-        PgBouncer in transaction mode notifications do not arrive: callers
-        fall back to polling.)
+        A message sent to a run is a change too. Never returns; cancel it to
+        stop (the thread is stopped and waited for, promptly). Store errors
+        are retried, not raised. (Through PgBouncer in transaction mode
+        notifications do not arrive: callers fall back to polling.)
         """
         await self._conns.watch(self._tables.channel, changed)
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ("ADVISORY_LOCK_CLASS", "SCHEMA_VERSION", "Statements", "statements")
 
 #: The schema version this tether writes and reads (``{schema}.tether_schema``).
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 #: The first key of the advisory lock that serializes migrations; the second is
 #: ``hashtext(schema)``, so stores in other schemas migrate independently.
@@ -30,6 +30,14 @@ _WORKERS: Final = """CREATE TABLE {s}.workers (
         owner text PRIMARY KEY,
         serves text NOT NULL,
         expires timestamptz NOT NULL
+    )"""
+
+# Runs' mailboxes: one row per message, Message.to_json() as JSON text.
+_MESSAGES: Final = """CREATE TABLE {s}.messages (
+        run_id text NOT NULL,
+        seq integer NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (run_id, seq)
     )"""
 
 # Creates the current version in an empty schema, one statement at a time.
@@ -60,6 +68,7 @@ _CREATE: Final = (
         PRIMARY KEY (run_id, seq),
         UNIQUE (run_id, ikey)
     )""",
+    _MESSAGES,
     """CREATE TABLE {s}.owners (
         owner text PRIMARY KEY,
         expires timestamptz NOT NULL,
@@ -78,6 +87,8 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # 2 -> 3: the wake_at column of waiting runs (no other run has one: NULL
     # is right for every stored row), and its index.
     2: ("ALTER TABLE {s}.runs ADD COLUMN wake_at timestamptz", _WAKE_INDEX),
+    # 3 -> 4: runs' mailboxes (engine.send, tether.receive).
+    3: (_MESSAGES,),
 }
 
 # A run row with its owner's lease expiry and whether it is live, on the database's clock.
@@ -141,7 +152,7 @@ _TEXT: Final = {
         AND (r.status = 'queued' OR (r.status = 'running' AND (
             r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
             OR r.owner = ANY(%s)))
-            OR (r.status = 'waiting' AND (r.wake_at IS NULL OR r.wake_at <= %s)))
+            OR (r.status = 'waiting' AND r.wake_at <= %s))
         AND r.run_id <> ALL(%s)
         ORDER BY r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED
     """,
@@ -176,8 +187,17 @@ _TEXT: Final = {
     "insert_entry": "INSERT INTO {s}.entries (run_id, seq, ikey, data) VALUES (%s, %s, %s, %s)",
     "twin": "SELECT seq, data FROM {s}.entries WHERE run_id = %s AND ikey = %s",
     "load_entries": "SELECT seq, data FROM {s}.entries WHERE run_id = %s ORDER BY seq",
-    # A run's deletion: its journal, then its row (locked first, by lock_run).
+    # Mailboxes. A send locks the run's row first (lock_run): sends to one run
+    # take their seqs one at a time.
+    "last_message": "SELECT COALESCE(max(seq), 0) FROM {s}.messages WHERE run_id = %s",
+    "insert_message": "INSERT INTO {s}.messages (run_id, seq, data) VALUES (%s, %s, %s)",
+    "message_data": "SELECT data FROM {s}.messages WHERE run_id = %s AND seq = %s",
+    "load_messages": """
+        SELECT seq, data FROM {s}.messages WHERE run_id = %s AND seq > %s ORDER BY seq
+    """,
+    # A run's deletion: its journal and mailbox, then its row (locked first, by lock_run).
     "delete_entries": "DELETE FROM {s}.entries WHERE run_id = %s",
+    "delete_messages": "DELETE FROM {s}.messages WHERE run_id = %s",
     "delete_run": "DELETE FROM {s}.runs WHERE run_id = %s",
 }
 
@@ -227,6 +247,11 @@ class Statements:
         self.twin = q["twin"]
         self.load_entries = q["load_entries"]
         self.delete_entries = q["delete_entries"]
+        self.last_message = q["last_message"]
+        self.insert_message = q["insert_message"]
+        self.message_data = q["message_data"]
+        self.load_messages = q["load_messages"]
+        self.delete_messages = q["delete_messages"]
         self.delete_run = q["delete_run"]
 
 

@@ -16,9 +16,9 @@ the SQL logic, which knows nothing of threads or of Trio.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, final
+from typing import Any, TypeVar, final
 
 import attrs
 
@@ -31,6 +31,7 @@ from ._leases import (
     fenced_update,
     renewal,
 )
+from ._mailbox import Message, decide_send, load_message, message_gap
 from ._postgres_sql import ADVISORY_LOCK_CLASS, SCHEMA_VERSION, Statements
 from ._protocol import (
     Entry,
@@ -49,6 +50,8 @@ from ._protocol import (
 from ._queue import RunFilter, decide_dispatch, dispatchable
 
 __all__ = ("Tables",)
+
+T = TypeVar("T")
 
 
 class _Created(Exception):
@@ -327,9 +330,51 @@ class Tables:
                 return retrying and bool(attempted)
             attempted.append(True)
             conn.execute(self.sql.delete_entries, (run_id,))
+            conn.execute(self.sql.delete_messages, (run_id,))
             conn.execute(self.sql.delete_run, (run_id,))
             self.notify(conn)
             return True
+
+    def send_message(
+        self, conn: Any, retrying: bool, message: Message, attempted: list[tuple[int, str]]
+    ) -> Message:
+        """Store *message* with the run's next seq (its own is ignored); notifies watchers.
+
+        The run's row is locked (sends to one run take their seqs in turn), the
+        send decided with :func:`._mailbox.decide_send`, and a waiting run made
+        due, in one transaction. *attempted* collects each attempt's seq and
+        text, so that a retry recognizes its own committed message instead of
+        storing it twice.
+        """
+        run_id = message.run_id
+        with conn.transaction():
+            current, _ = self.lock_run(conn, run_id)
+            if retrying:
+                for seq, data in attempted:
+                    row = conn.execute(self.sql.message_data, (run_id, seq)).fetchone()
+                    if row is not None and row[0] == data:
+                        return self.decode_message(run_id, seq, data)  # it committed
+            record = decide_send(current, run_id=run_id, now=message.sent_at)
+            (last,) = conn.execute(self.sql.last_message, (run_id,)).fetchone()
+            stored = attrs.evolve(message, seq=last + 1)
+            data = dumps_record(stored.to_json())
+            attempted.append((stored.seq, data))
+            conn.execute(self.sql.insert_message, (run_id, stored.seq, data))
+            if record is not None:
+                conn.execute(self.sql.put_run, _run_params(record))
+            self.notify(conn)
+            return stored
+
+    def load_messages(self, conn: Any, run_id: str, after: int) -> list[Message]:
+        """The run's messages after seq *after*, in order, with no seq missing below the highest."""
+        rows = conn.execute(self.sql.load_messages, (run_id, after)).fetchall()
+        messages = [self.decode_message(run_id, seq, data) for seq, data in rows]
+        gap = message_gap([m.seq for m in messages], after=after)
+        if gap is not None:
+            raise self.corrupt(
+                run_id, f"table messages, seq {gap}", "missing (a later seq is stored)"
+            )
+        return messages
 
     def notify(self, conn: Any) -> None:
         conn.execute(self.sql.notify, (self.channel,))
@@ -415,12 +460,23 @@ class Tables:
         return record
 
     def decode_entry(self, run_id: str, seq: object, data: object) -> Entry:
-        where = f"table entries, seq {seq!r}"
+        entry: Entry = self._decode_seq_row(run_id, "entries", seq, data, load_entry)
+        return entry
+
+    def decode_message(self, run_id: str, seq: object, data: object) -> Message:
+        message: Message = self._decode_seq_row(run_id, "messages", seq, data, load_message)
+        return message
+
+    def _decode_seq_row(
+        self, run_id: str, table: str, seq: object, data: object, load: Callable[[str, str, int], T]
+    ) -> T:
+        """A row ``(seq, data)`` of *table*, decoded strictly by *load*."""
+        where = f"table {table}, seq {seq!r}"
         if type(seq) is not int:
             raise self.corrupt(run_id, where, f"column seq holds {type(seq).__name__}")
         if type(data) is not str:
             raise self.corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
         try:
-            return load_entry(data, run_id, seq)
+            return load(data, run_id, seq)
         except RecordDecodeError as exc:
             raise self.corrupt(run_id, where, str(exc)) from None

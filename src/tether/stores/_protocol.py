@@ -113,8 +113,9 @@ class RunStatus(enum.StrEnum):
     #: ``engine.resume`` executes it again
     DEAD_LETTER = "dead_letter"
     #: parked by a worker while its tasks wait on durable timers (``tether.sleep``,
-    #: a retry's backoff): no lease, no worker slot; any worker claims it once
-    #: ``wake_at`` has come; ``engine.run``/``resume`` continue it at once
+    #: a retry's backoff) or messages (``tether.receive``): no lease, no worker
+    #: slot; any worker claims it once ``wake_at`` has come (without one, once a
+    #: message is sent to it); ``engine.run``/``resume`` continue it at once
     WAITING = "waiting"
 
 
@@ -132,6 +133,9 @@ class EntryKind(enum.StrEnum):
     #: a durable timer (``tether.sleep``): its value is the due time, journaled
     #: when the timer starts
     TIMER = "timer"
+    #: a message a ``tether.receive()`` took from the run's mailbox: its value is
+    #: ``{"seq": n, "name": ..., "value": <the message's JSON>}``
+    MESSAGE = "message"
 
 
 class EntryStatus(enum.StrEnum):
@@ -373,7 +377,8 @@ class RunRecord:
     #: and every run stored before format version 4)
     version: str | None = None
     #: when a ``waiting`` run is due (timezone-aware): workers claim it from
-    #: then on; ``None`` for every other status
+    #: then on; ``None`` for every other status, and for a waiting run that
+    #: waits for messages only (a send makes it due)
     wake_at: datetime | None = None
     format_version: int = FORMAT_VERSION
 

@@ -175,8 +175,8 @@ def serves(workflows: Collection[Served | str], record: RunRecord) -> bool:
 
 
 def waiting(record: RunRecord, *, gone: Collection[str]) -> bool:
-    """Whether *record* waits for a worker: ``queued``, ``waiting`` (parked on a
-    timer, due or not), or ``running`` without a live lease.
+    """Whether *record* waits for a worker: ``queued``, ``waiting`` (parked on
+    timers or messages, due or not), or ``running`` without a live lease.
 
     Released, its owner's lease expired (``lease_expires_at`` unset), or its
     owner among *gone* (known dead). Never a paused, failed, completed,
@@ -192,8 +192,12 @@ def waiting(record: RunRecord, *, gone: Collection[str]) -> bool:
 
 def due(record: RunRecord, now: datetime) -> bool:
     """Whether *record* may be claimed at *now*: any run but a ``waiting`` one whose
-    ``wake_at`` is later than *now* (one without a ``wake_at`` is due)."""
-    return record.status is not RunStatus.WAITING or record.wake_at is None or record.wake_at <= now
+    ``wake_at`` is later than *now*, or that has none: it waits for a message, and
+    the send that stores one makes it due (:func:`decide_send
+    <tether.stores.decide_send>`)."""
+    if record.status is not RunStatus.WAITING:
+        return True
+    return record.wake_at is not None and record.wake_at <= now
 
 
 def dispatchable(

@@ -1,6 +1,6 @@
 """A durable store in one SQLite file: one writer thread, group commit.
 
-Layout (schema version 5, kept in ``PRAGMA user_version``)::
+Layout (schema version 6, kept in ``PRAGMA user_version``)::
 
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
          run_id TEXT NOT NULL UNIQUE,
@@ -15,6 +15,9 @@ Layout (schema version 5, kept in ``PRAGMA user_version``)::
             ikey TEXT NOT NULL,                    -- Entry.idempotency_key
             data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
             PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
+    messages(run_id TEXT NOT NULL, seq INTEGER NOT NULL,  -- a run's mailbox
+             data TEXT NOT NULL,                   -- Message.to_json(), JSON text
+             PRIMARY KEY (run_id, seq))
     owners(owner TEXT PRIMARY KEY,                 -- one row per lease holder:
            expires REAL NOT NULL)                  -- its leases' expiry, Unix time
     workers(owner TEXT PRIMARY KEY,                -- one row per live worker:
@@ -25,7 +28,7 @@ A lease is per owner, not per run: renewing every run an engine holds is one
 row's update. The lease columns of ``runs`` mirror the JSON so that fencing
 checks and renewals are indexed queries; ``status`` and ``workflow`` do the
 same for filtered listings and for workers' claims. Older files are
-migrated on open (the columns, indexes and table are added; older JSON stays
+migrated on open (the columns, indexes and tables are added; older JSON stays
 readable).
 
 Writes go through one thread that owns the write connection: callers queue a
@@ -98,6 +101,7 @@ from ._leases import (
     fenced_update,
     renewal,
 )
+from ._mailbox import Message, check_after, check_send, decide_send, load_message, message_gap
 from ._protocol import (
     Entry,
     RecordDecodeError,
@@ -128,7 +132,7 @@ __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 T = TypeVar("T")
 
 #: The schema version this tether writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
@@ -177,13 +181,18 @@ _MIGRATE_5 = """
 ALTER TABLE runs ADD COLUMN wake_at REAL;
 CREATE INDEX runs_wake ON runs (wake_at) WHERE status = 'waiting';
 """
-_MIGRATIONS: Final = {
-    0: _SCHEMA + _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
-    1: _MIGRATE_2 + _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
-    2: _MIGRATE_3 + _MIGRATE_4 + _MIGRATE_5,
-    3: _MIGRATE_4 + _MIGRATE_5,
-    4: _MIGRATE_5,
-}
+# Version 5 -> 6: runs' mailboxes (engine.send, tether.receive).
+_MIGRATE_6 = """
+CREATE TABLE messages (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"""
+_STEPS: Final = (_SCHEMA, _MIGRATE_2, _MIGRATE_3, _MIGRATE_4, _MIGRATE_5, _MIGRATE_6)
+#: What brings a file of each older version to :data:`SCHEMA_VERSION` (0: a new file).
+_MIGRATIONS: Final = {version: "".join(_STEPS[version:]) for version in range(SCHEMA_VERSION)}
 
 _INSERT_ENTRY = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
 # The run's lease holder and token (for the fencing check) and its highest seq.
@@ -210,7 +219,7 @@ _DISPATCHABLE = (
 WHERE r.workflow IN ({workflows}) AND (r.workflow, COALESCE(r.version, '')) IN (VALUES {pairs})
 AND (r.status = 'queued' OR (r.status = 'running' AND (
     r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone})))
-    OR (r.status = 'waiting' AND (r.wake_at IS NULL OR r.wake_at <= ?)))
+    OR (r.status = 'waiting' AND r.wake_at <= ?))
 ORDER BY r.id LIMIT 32
 """
 )
@@ -550,11 +559,77 @@ class SQLiteStore:
             if not check_delete(self._select_run(conn, run_id, time.time()), run_id=run_id):
                 return False
             conn.execute("DELETE FROM entries WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM messages WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             return True
 
         deleted: bool = await self._write(write, f"deleting run {run_id!r}")
         return deleted
+
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """Store a message with the run's next seq, and wake the run if it is waiting.
+
+        One transaction of the writer (``BEGIN IMMEDIATE``: processes sharing
+        the file never take the same seq); see :meth:`MailboxStore.send_message
+        <tether.stores.MailboxStore.send_message>`. A queued write: cancelled
+        before the writer took it, nothing is stored; after, the message may
+        have been stored (see the class doc).
+
+        Raises:
+            RunNotFoundError: no such run.
+            RunConflictError: the run has finished.
+            UsageError: invalid arguments.
+            StoreError: SQLite failed.
+        """
+        sent_at = check_send(run_id, name, value, now)
+
+        def write(conn: sqlite3.Connection) -> Message:
+            record = decide_send(self._select_run(conn, run_id), run_id=run_id, now=sent_at)
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if type(last) is not int:
+                raise self._corrupt(run_id, "table messages", f"the highest seq is {last!r}")
+            message = Message(run_id=run_id, seq=last + 1, name=name, value=value, sent_at=sent_at)
+            conn.execute(
+                "INSERT INTO messages (run_id, seq, data) VALUES (?, ?, ?)",
+                (run_id, message.seq, dumps_record(message.to_json())),
+            )
+            if record is not None:
+                self._put_run(conn, record)
+            return message
+
+        message: Message = await self._write(write, f"sending a message to run {run_id!r}")
+        return message
+
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The run's messages with ``seq > after``, in order (an index range).
+
+        A checkpoint; runs in a worker thread.
+
+        Raises:
+            UsageError: *after* is not a non-negative integer.
+            CheckpointCorruptError: a message does not decode or match its
+                checksum, or a seq below the highest is missing.
+            StoreError: SQLite failed.
+        """
+        after = check_after(after)
+
+        def read(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                "SELECT rowid, seq, data FROM messages WHERE run_id = ? AND seq > ? ORDER BY seq",
+                (run_id, after),
+            ).fetchall()
+            messages = [self._decode_message(run_id, row) for row in rows]
+            gap = message_gap([m.seq for m in messages], after=after)
+            if gap is not None:
+                raise self._corrupt(
+                    run_id, f"table messages, seq {gap}", "missing (a later seq is stored)"
+                )
+            return messages
+
+        result: list[Message] = await self._read(read, f"loading the messages of run {run_id!r}")
+        return result
 
     async def claim_next(
         self,
@@ -813,14 +888,25 @@ class SQLiteStore:
         return record
 
     def _decode_entry(self, run_id: str, row: tuple[Any, ...]) -> Entry:
+        entry: Entry = self._decode_seq_row(run_id, "entries", row, load_entry)
+        return entry
+
+    def _decode_message(self, run_id: str, row: tuple[Any, ...]) -> Message:
+        message: Message = self._decode_seq_row(run_id, "messages", row, load_message)
+        return message
+
+    def _decode_seq_row(
+        self, run_id: str, table: str, row: tuple[Any, ...], load: Callable[[str, str, int], T]
+    ) -> T:
+        """A row ``(rowid, seq, data)`` of *table*, decoded strictly by *load*."""
         rowid, seq, data = row
-        where = f"table entries, seq {seq!r} (rowid {rowid})"
+        where = f"table {table}, seq {seq!r} (rowid {rowid})"
         if type(seq) is not int:
             raise self._corrupt(run_id, where, f"column seq holds {type(seq).__name__}")
         if type(data) is not str:
             raise self._corrupt(run_id, where, f"column data holds {type(data).__name__}, not text")
         try:
-            return load_entry(data, run_id, seq)
+            return load(data, run_id, seq)
         except RecordDecodeError as exc:
             raise self._corrupt(run_id, where, str(exc)) from None
 

@@ -10,6 +10,7 @@ import outcome
 import trio
 import trio.testing
 
+from ..stores._mailbox import MailboxStore, Message
 from ..stores._memory import MemoryStore
 from ..stores._protocol import (
     AdvertisingStore,
@@ -157,6 +158,27 @@ class ClockHoldingStore:
 
     async def list_workers(self) -> Sequence[WorkerAd]:
         return await self._held(cast(AdvertisingStore, self.inner).list_workers)
+
+    # Properties: present exactly when the inner store keeps messages (see mailbox_of).
+    @property
+    def send_message(self) -> Callable[..., Awaitable[Message]]:
+        """The inner store's ``send_message``, holding the clock (absent when it has none)."""
+        send = cast(MailboxStore, self.inner).send_message  # AttributeError: absent here too
+
+        async def send_message(run_id: str, name: str, value: str, *, now: datetime) -> Message:
+            return await self._held(send, run_id, name, value, now=now)
+
+        return send_message
+
+    @property
+    def load_messages(self) -> Callable[..., Awaitable[Sequence[Message]]]:
+        """The inner store's ``load_messages``, holding the clock (absent when it has none)."""
+        load = cast(MailboxStore, self.inner).load_messages  # AttributeError: absent here too
+
+        async def load_messages(run_id: str, *, after: int = 0) -> Sequence[Message]:
+            return await self._held(load, run_id, after=after)
+
+        return load_messages
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The wrapped store's ``watch``, if it has one; never holds the clock (it never ends)."""

@@ -6,8 +6,6 @@ No pytest here: :func:`check_store` runs inside any Trio run and raises
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta, timezone
 
@@ -24,12 +22,14 @@ from ..stores._protocol import (
     Store,
 )
 from ._conformance_base import (
+    CANCEL_POINTS,
     ConformanceResult,
     Corrupter,
     Reopener,
     StoreConformanceError,
     StoreFactory,
     Tamperer,
+    _cancelled,
     _Ctx,
     _expect_corrupt,
     _maybe_await,
@@ -39,6 +39,7 @@ from ._conformance_base import (
 )
 from ._conformance_delete import DELETE_CHECKS
 from ._conformance_leases import LEASE_CHECKS
+from ._conformance_messages import MESSAGE_CHECKS
 from ._conformance_queue import QUEUE_CHECKS
 
 __all__ = (
@@ -215,55 +216,14 @@ async def check_journals_independent(ctx: _Ctx) -> None:
             assert len(set(seqs)) == 3
 
 
-class _CancelAtStep(trio.abc.Instrument):
-    """Cancel *scope* just before *task* runs its *n*-th step from now.
-
-    The cancellation then strikes at the checkpoint that ends that step:
-    counting the task's own steps makes "cancelled at the n-th checkpoint
-    inside the call" exact, whatever order the scheduler picks.
-    """
-
-    def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope, n: int) -> None:
-        self.task, self.scope, self.left = task, scope, n
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task is self.task:
-            self.left -= 1
-            if self.left == 0:
-                self.scope.cancel()
-
-
 async def _append_cancelled(
     store: Store, e: Entry, *, step: int | None, yields: int, delay: float
 ) -> list[Entry]:
     """Append *e* under a scope cancelled at the chosen moment; what it returned."""
-    returned: list[Entry] = []
-    scope = trio.CancelScope()
-    if step is not None:
-        instrument = _CancelAtStep(trio.lowlevel.current_task(), scope, step)
-        if step == 0:
-            scope.cancel()
-        trio.lowlevel.add_instrument(instrument)
-        try:
-            with scope:
-                returned += await store.append(e.run_id, [e])
-        finally:
-            with contextlib.suppress(KeyError):
-                trio.lowlevel.remove_instrument(instrument)
-        return returned
-
-    async def canceller() -> None:
-        for _ in range(yields):
-            await trio.lowlevel.checkpoint()
-        if delay:
-            await trio.to_thread.run_sync(time.sleep, delay)
-        scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(canceller)
-        with scope:
-            returned += await store.append(e.run_id, [e])
-    return returned
+    returned = await _cancelled(
+        lambda: store.append(e.run_id, [e]), step=step, yields=yields, delay=delay
+    )
+    return [] if returned is None else list(returned)
 
 
 async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
@@ -274,10 +234,7 @@ async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
         # Cancel at the n-th checkpoint inside the call; after n passes of
         # another task; after short real-time waits (a thread-backed store is
         # then mid-write).
-        points: list[tuple[int | None, int, float]] = [(n, 0, 0.0) for n in range(12)]
-        points += [(None, n, 0.0) for n in range(6)]
-        points += [(None, 0, d) for d in (0.0002, 0.001, 0.003, 0.01)]
-        for i, (step, yields, delay) in enumerate(points):
+        for i, (step, yields, delay) in enumerate(CANCEL_POINTS):
             e = ctx.entry("atom", f"c#{i}")
             returned = await _append_cancelled(store, e, step=step, yields=yields, delay=delay)
             where = (
@@ -297,7 +254,7 @@ async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
             assert again == mine, f"{where}: the retry returned {again!r}, stored {mine!r}"
         loaded = list(await store.load_entries("atom"))
         seqs = [x.seq for x in loaded]
-        assert len(set(seqs)) == len(seqs) == len(points), f"seqs {seqs}"
+        assert len(set(seqs)) == len(seqs) == len(CANCEL_POINTS), f"seqs {seqs}"
 
 
 async def check_idempotent_append(ctx: _Ctx) -> None:
@@ -378,6 +335,7 @@ CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
     **LEASE_CHECKS,
     **QUEUE_CHECKS,
     **DELETE_CHECKS,
+    **MESSAGE_CHECKS,
 }
 
 
@@ -416,7 +374,9 @@ async def check_store(
     ``claim_next`` (it serves no workers), ``advertise`` for one without
     ``advertise`` and ``list_workers`` (it cannot tell stranded runs),
     ``watch`` for one without ``watch``, ``delete_run`` for one without ``delete_run`` (it cannot
-    delete runs, so ``tether runs prune`` refuses it).
+    delete runs, so ``tether runs prune`` refuses it), and the mailbox checks (``messages``,
+    ``message_*``) for one without ``send_message`` and ``load_messages`` (it keeps no
+    messages, so ``engine.send`` and ``tether.receive`` refuse it).
 
     Returns:
         Which checks passed and which were skipped (a missing hook).

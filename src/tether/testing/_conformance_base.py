@@ -6,16 +6,21 @@ The checks themselves are in :mod:`._conformance` (records and journals) and
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, TypeAlias, final
+from typing import Any, Final, TypeAlias, TypeVar, final
 
 import attrs
+import trio
 
 from .._errors import CheckpointCorruptError
 from ..stores._protocol import Entry, RunRecord, Store
+
+T = TypeVar("T")
 
 #: Makes a fresh, unopened store on a fresh location (sync or async callable).
 StoreFactory: TypeAlias = Callable[[], Store | Awaitable[Store]]
@@ -129,3 +134,66 @@ async def _expect_corrupt(what: str, run_id: str, call: Callable[[str], Awaitabl
         assert run_id in str(exc), f"{what}: the error does not name run {run_id!r}: {exc}"
     else:
         raise AssertionError(f"{what}: no CheckpointCorruptError; returned {result!r:.300}")
+
+
+#: Moments a cancelled call is cancelled at, as ``(step, yields, delay)`` for
+#: :func:`_cancelled`: at the n-th checkpoint inside the call; after n passes
+#: of another task; after short real-time waits (a thread-backed store is
+#: then mid-write).
+CANCEL_POINTS: Final[tuple[tuple[int | None, int, float], ...]] = (
+    *((n, 0, 0.0) for n in range(12)),
+    *((None, n, 0.0) for n in range(6)),
+    *((None, 0, d) for d in (0.0002, 0.001, 0.003, 0.01)),
+)
+
+
+class _CancelAtStep(trio.abc.Instrument):
+    """Cancel *scope* just before *task* runs its *n*-th step from now.
+
+    The cancellation then strikes at the checkpoint that ends that step:
+    counting the task's own steps makes "cancelled at the n-th checkpoint
+    inside the call" exact, whatever order the scheduler picks.
+    """
+
+    def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope, n: int) -> None:
+        self.task, self.scope, self.left = task, scope, n
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.left -= 1
+            if self.left == 0:
+                self.scope.cancel()
+
+
+async def _cancelled(
+    call: Callable[[], Awaitable[T]], *, step: int | None, yields: int, delay: float
+) -> T | None:
+    """``await call()`` under a scope cancelled at the chosen moment (one of
+    :data:`CANCEL_POINTS`); what it returned, or ``None`` if it was cancelled."""
+    returned: list[T] = []
+    scope = trio.CancelScope()
+    if step is not None:
+        instrument = _CancelAtStep(trio.lowlevel.current_task(), scope, step)
+        if step == 0:
+            scope.cancel()
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            with scope:
+                returned.append(await call())
+        finally:
+            with contextlib.suppress(KeyError):
+                trio.lowlevel.remove_instrument(instrument)
+        return returned[0] if returned else None
+
+    async def canceller() -> None:
+        for _ in range(yields):
+            await trio.lowlevel.checkpoint()
+        if delay:
+            await trio.to_thread.run_sync(time.sleep, delay)
+        scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(canceller)
+        with scope:
+            returned.append(await call())
+    return returned[0] if returned else None

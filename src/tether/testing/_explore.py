@@ -26,6 +26,10 @@ Interleaving points are named by what happens there:
 ``due:KEY``
     a durable timer is due: the code after it goes on (also a timer
     replayed from the journal);
+``receive:KEY``
+    ``tether.receive`` took a message from the run's mailbox and journaled
+    it: the code after it goes on (not on replay; the append of that entry
+    is ``save:KEY``, as for a step);
 ``save:KEY``
     the append of KEY's journal entry begins (an append that carries several
     entries, a batch of saves or of responses, reaches one point per entry,

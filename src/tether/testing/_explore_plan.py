@@ -44,6 +44,7 @@ _KINDS_AT: Final = {
     "start": ("cancel", "fail", "crash"),
     "timer": ("cancel", "fail", "crash"),
     "due": ("cancel", "fail", "crash"),
+    "receive": ("cancel", "fail", "crash"),
     "save": ("cancel", "fail", "store_error", "hang", "crash", "lease_lost", "pause", "race"),
     "stored": ("cancel", "fail", "store_error", "crash"),
     "record": ("cancel", "store_error", "hang", "crash", "lease_lost", "pause", "race"),

@@ -22,13 +22,14 @@ clock is Trio's (:class:`tether.MemoryStore`), so virtual time expires leases.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol, final
 
 import attrs
 import trio
 
+from ..stores._mailbox import Message
 from ..stores._protocol import (
     Entry,
     EntryKind,
@@ -50,7 +51,9 @@ __all__ = (
 )
 
 #: Methods whose landed call may change a run record (and so is announced).
-_ANNOUNCED: Final = frozenset({"create_run", "update_run", "claim", "claim_next", "cancel_run"})
+_ANNOUNCED: Final = frozenset(
+    {"create_run", "update_run", "claim", "claim_next", "cancel_run", "send_message"}
+)
 #: The first and the longest wait between retries while the store is down.
 _FIRST_RETRY: Final = 0.01
 _LONGEST_RETRY: Final = 0.5
@@ -147,7 +150,15 @@ def _run_of(method: str, args: tuple[Any, ...]) -> str | None:
     if method in ("create_run", "update_run"):
         record: RunRecord = args[0]
         return record.run_id
-    if method in ("append", "claim", "get_run", "load_entries", "cancel_run"):
+    if method in (
+        "append",
+        "claim",
+        "get_run",
+        "load_entries",
+        "cancel_run",
+        "send_message",
+        "load_messages",
+    ):
         run_id: str = args[0]
         return run_id
     return None
@@ -457,6 +468,31 @@ class Connection:
             now=now,
         )
         return result
+
+    # Properties: present exactly when the shared store keeps messages (see mailbox_of).
+    @property
+    def send_message(self) -> Callable[..., Awaitable[Message]]:
+        """The shared store's ``send_message``, through the process (absent when it has none)."""
+        getattr(self.shared.raw, "send_message")  # noqa: B009 - AttributeError: absent here too
+
+        async def send_message(run_id: str, name: str, value: str, *, now: datetime) -> Message:
+            result: Message = await self._process.call("send_message", run_id, name, value, now=now)
+            return result
+
+        return send_message
+
+    @property
+    def load_messages(self) -> Callable[..., Awaitable[Sequence[Message]]]:
+        """The shared store's ``load_messages``, through the process (absent when it has none)."""
+        getattr(self.shared.raw, "load_messages")  # noqa: B009 - AttributeError: absent here too
+
+        async def load_messages(run_id: str, *, after: int = 0) -> Sequence[Message]:
+            result: Sequence[Message] = await self._process.call(
+                "load_messages", run_id, after=after
+            )
+            return result
+
+        return load_messages
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The shared store's announcements (:meth:`SharedStore.watch`)."""

@@ -19,11 +19,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, Final, Protocol, final
 
+import attrs
 import trio
 
 from .._engine import Engine
 from .._errors import StoreError, UsageError
-from .._events import RunEvent, StepStarted, TimerFired, TimerStarted, current_observer
+from .._events import (
+    MessageReceived,
+    RunEvent,
+    StepStarted,
+    TimerFired,
+    TimerStarted,
+    current_observer,
+)
 from .._requests import Paused, Request, request_from_json
 from .._workflow import Workflow
 from ..stores._protocol import Entry, RunRecord, RunStatus, Store
@@ -131,7 +139,8 @@ class Trial:
                 raise error.pop()
             return result[0]
 
-        return Workflow(explored, inner.name, inner.signature)
+        # Everything but the function stays the workflow's (its version, its signals).
+        return attrs.evolve(inner, fn=explored)
 
     async def _saboteur(self) -> None:
         await self.sabotage.wait()
@@ -174,6 +183,8 @@ class Trial:
             point = f"timer:{event.key}"
         elif isinstance(event, TimerFired):
             point = f"due:{event.key}"
+        elif isinstance(event, MessageReceived):
+            point = f"receive:{event.key}"
         else:
             return
         inj = self._matches(ex.point(point))

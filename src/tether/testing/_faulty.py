@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from .._errors import StoreError, UsageError
+from ..stores._mailbox import MAILBOX_METHODS, Message
 from ..stores._protocol import (
     ADVERTISE_METHODS,
     DELETE_METHODS,
@@ -70,7 +71,13 @@ __all__ = (
     "SimulatedCrash",
 )
 
-_METHODS: Final = (*STORE_METHODS, *WORKER_METHODS, *ADVERTISE_METHODS, *DELETE_METHODS)
+_METHODS: Final = (
+    *STORE_METHODS,
+    *WORKER_METHODS,
+    *ADVERTISE_METHODS,
+    *DELETE_METHODS,
+    *MAILBOX_METHODS,
+)
 
 #: The private method a store implements to simulate a torn write of a call.
 _TORN: Final = {"append": "_simulate_torn_append", "update_run": "_simulate_torn_update"}
@@ -409,7 +416,10 @@ class FaultyStore:
             method: one of ``open``, ``close``, ``create_run``, ``update_run``,
                 ``get_run``, ``list_runs``, ``append``, ``load_entries``,
                 ``claim``, ``renew``, ``cancel_run`` (a fault on ``renew``
-                models a store that stops answering an engine's renewals).
+                models a store that stops answering an engine's renewals),
+                ``claim_next``, ``advertise``, ``list_workers``, ``delete_run``,
+                ``send_message`` or ``load_messages`` (the last ones reach
+                the inner store only when it has them).
             fault: a :class:`Fault`: an object with ``async def apply(call)``.
             at: call number(s) of *method*, counted from 1; default every
                 call. For ``append``, save numbers: an append applies the
@@ -418,7 +428,9 @@ class FaultyStore:
                 applies only where it returns true. For ``append``, it is
                 called with ``run_id`` and a list of one entry, for each save
                 of the call: ``when=lambda run_id, entries: entries[0].key ==
-                "charge#0"`` picks the append that carries ``charge#0``.
+                "charge#0"`` picks the append that carries ``charge#0``. For
+                ``send_message``, with ``run_id, name, value`` (``now`` is in
+                :attr:`Call.kwargs`); for ``load_messages``, with ``run_id``.
             times: apply at most this many times (default: no limit).
             after: apply after the inner call returned instead of before:
                 ``Raise`` is then an unclear failure (stored, but the caller
@@ -696,6 +708,29 @@ class FaultyStore:
             return result
 
         return list_workers
+
+    # Properties, like delete_run: present exactly when the inner store keeps messages.
+    @property
+    def send_message(self) -> Callable[..., Awaitable[Message]]:
+        """The inner store's ``send_message``, faults permitting (absent when it has none)."""
+        getattr(self.inner, "send_message")  # noqa: B009 - AttributeError: absent here too
+
+        async def send_message(run_id: str, name: str, value: str, *, now: datetime) -> Message:
+            result: Message = await self._call("send_message", run_id, name, value, now=now)
+            return result
+
+        return send_message
+
+    @property
+    def load_messages(self) -> Callable[..., Awaitable[Sequence[Message]]]:
+        """The inner store's ``load_messages``, faults permitting (absent when it has none)."""
+        getattr(self.inner, "load_messages")  # noqa: B009 - AttributeError: absent here too
+
+        async def load_messages(run_id: str, *, after: int = 0) -> Sequence[Message]:
+            result: Sequence[Message] = await self._call("load_messages", run_id, after=after)
+            return result
+
+        return load_messages
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The wrapped store's ``watch`` (no faults: notifications are hints), if it has one."""
