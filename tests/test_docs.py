@@ -49,6 +49,7 @@ PAIRED = {
     "how-to/tracing.md": "tracing.py",
     "how-to/child-runs.md": "children.py",
     "how-to/timers-and-retries.md": "timers.py",
+    "how-to/benchmark-your-workflow.md": "bench.py",
     "how-to/signals.md": "signals.py",
 }
 #: examples that wait for other processes, so run on the real clock

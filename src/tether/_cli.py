@@ -7,7 +7,8 @@ MODULE:WORKFLOW`` and ``tether resume RUN_ID`` execute with a live progress
 display (``_cli_exec``); ``tether submit`` and ``tether worker`` use the queue
 (``_cli_worker``); ``tether schedules list`` shows the schedules of the
 imported modules (``_cli_schedules``); ``tether send`` sends a run a message
-(``_cli_send``). How runs are printed is ``_cli_format``; the exit statuses
+(``_cli_send``); ``tether bench`` benchmarks a workflow and a store
+(``_cli_bench``). How runs are printed is ``_cli_format``; the exit statuses
 are ``_cli_exits``, listed by each command's ``--help``.
 
 Each subcommand is added by one ``_add_*`` function, through :func:`_command`,
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ._cli_bench import add_bench_commands, bench_command
 from ._cli_exec import ctrl_c, execute_command
 from ._cli_exits import (
     EXIT_FAILED,
@@ -379,6 +381,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parsers |= add_schedules_commands(sub, _imports(store), _command, _READS)
     parsers |= add_send_command(sub, _imports(store), _command, _READS)
     parsers |= _add_ui(sub, store)
+    parsers |= add_bench_commands(sub, _imports(store))
     return parser, parsers
 
 
@@ -428,6 +431,9 @@ _COMMANDS: dict[str, _Command] = {
     "cancel": runs,
     "prune": runs,
     "ui": _ui,
+    "bench cancel": bench_command,
+    "bench steps": bench_command,
+    "bench throughput": bench_command,
 }
 
 
@@ -448,6 +454,8 @@ def main(
     name = args.runs_command if args.command == "runs" else args.command
     if args.command == "schedules":
         name = f"schedules {args.schedules_command}"
+    elif args.command == "bench":
+        name = f"bench {args.bench_command}"
     own = parsers[name]
     try:
         spec = None if name == "demo" else _spec(own, args)
