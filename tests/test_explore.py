@@ -24,7 +24,7 @@ import trio
 from hypothesis import HealthCheck, find, settings
 
 import tether
-from tether import _context, _ownership, _saver
+from tether import _ownership, _parallel, _saver, _steps
 from tether.stores import Entry, RunRecord, _memory
 from tether.testing import (
     FAULT_KINDS,
@@ -263,14 +263,14 @@ PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
         "(c)",
     ),
     "block exits before its records": (
-        _context.Parallel,
+        _parallel.Parallel,
         "__aexit__",
         "if self._unsaved and not saver.caller_cancelled:",
         "if False:",
         "(c)",
     ),
     "snapshot after scheduling": (
-        _context,
+        _parallel,  # where a parallel() child's step call looks it up
         "execute_step",
         """\
             text, decoded = _snapshot(value, step.signature.return_type, what=what)
@@ -409,7 +409,7 @@ def test_an_engine_that_runs_on_after_a_refused_write_breaks_invariant_f() -> No
 
 def test_a_replay_that_reruns_stored_steps_breaks_invariant_a() -> None:
     rerun = pytest.raises(tether.InvariantViolation, match=r"\(a\) step load_order#0 ran again")
-    with mutant(_context, "execute_step", "entry = run.journal.get(key)", "entry = None"), rerun:
+    with mutant(_steps, "execute_step", "entry = run.journal.get(key)", "entry = None"), rerun:
         explore(shop.checkout, "o-1", seeds=1, faults=["crash"])
 
 

@@ -4,17 +4,14 @@ A workflow is a plain ``async def``; its steps are journaled, so a run that
 crashes, fails or times out resumes without repeating finished steps.
 """
 
+from ._ask import ask as ask
 from ._children import child as child
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._codec_registry import register_type as register_type
-from ._context import Handle as Handle
-from ._context import Parallel as Parallel
-from ._context import ask as ask
-from ._context import parallel as parallel
 from ._engine import Engine as Engine
-from ._engine import RunInfo as RunInfo
 from ._engine import open_engine as open_engine
+from ._engine_info import RunInfo as RunInfo
 from ._errors import CheckpointCorruptError as CheckpointCorruptError
 from ._errors import ChildPausedError as ChildPausedError
 from ._errors import CodecError as CodecError
@@ -50,6 +47,9 @@ from ._events import StreamItem as StreamItem
 from ._events import TimerFired as TimerFired
 from ._events import TimerStarted as TimerStarted
 from ._hooks import HookEvent as HookEvent
+from ._parallel import Handle as Handle
+from ._parallel import Parallel as Parallel
+from ._parallel import parallel as parallel
 from ._patches import deprecate_patch as deprecate_patch
 from ._patches import patched as patched
 from ._progress import describe_event as describe_event

@@ -55,7 +55,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import trio
 
 from ._codec_json import digest, dumps, loads
-from ._context import KEYED_MARKER, KeyedCall
+from ._engine_inputs import encode_args
+from ._error_info import note_key
 from ._errors import (
     CheckpointCorruptError,
     ChildPausedError,
@@ -67,9 +68,11 @@ from ._errors import (
     TetherError,
     UsageError,
 )
+from ._frame import current_frame
 from ._ownership import owner_is_gone
+from ._parallel import KEYED_MARKER, KeyedCall
 from ._requests import Paused
-from ._run import RunState, current_frame, note_key
+from ._run import RunState
 from ._saver import StoreErrors
 from ._timers import Waiting
 from ._workflow import Workflow
@@ -178,7 +181,7 @@ async def _start(
     if engine is None:  # pragma: no cover - every engine execution sets it
         raise UsageError(f"run {run.run_id!r} was not started by an engine")
     run.claim(key)
-    args_text, _ = engine._encode_args(wf, args)
+    args_text, _ = encode_args(wf, args)
     args_digest = digest(args_text)
     entry = run.journal.get(key)
     if entry is None:

@@ -8,8 +8,9 @@ display (``_cli_exec``); ``tether submit`` and ``tether worker`` use the queue
 (``_cli_worker``); ``tether schedules list`` shows the schedules of the
 imported modules (``_cli_schedules``); ``tether send`` sends a run a message
 (``_cli_send``); ``tether bench`` benchmarks a workflow and a store
-(``_cli_bench``). How runs are printed is ``_cli_format``; the exit statuses
-are ``_cli_exits``, listed by each command's ``--help``.
+(``_cli_bench``). How runs are printed is ``_cli_format`` (one run in full,
+``runs show``: ``_cli_show``; times, tables and values: ``_cli_text``); the
+exit statuses are ``_cli_exits``, listed by each command's ``--help``.
 
 Each subcommand is added by one ``_add_*`` function, through :func:`_command`,
 which gives its help the stores and exit statuses that apply to it.

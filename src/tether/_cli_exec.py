@@ -35,8 +35,8 @@ from ._cli_exits import (
     EXIT_TIMED_OUT,
     BadUsage,
 )
-from ._cli_format import cli_message, command, json_text
 from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_text import cli_message, command, json_text
 from ._engine import Engine, open_engine
 from ._errors import (
     InvalidResponseError,

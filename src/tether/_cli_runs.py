@@ -21,8 +21,10 @@ from typing import Any, Final, TextIO, cast
 import trio
 
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage
-from ._cli_format import print_records, print_run, print_run_list, run_json, terminal_width
+from ._cli_format import print_records, print_run_list, run_json
+from ._cli_show import print_run
 from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_text import terminal_width
 from ._engine import open_engine
 from ._errors import RunConflictError, TetherError, UsageError
 from ._ownership import owner_is_gone

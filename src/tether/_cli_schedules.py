@@ -23,8 +23,8 @@ import trio
 
 from ._cli_args import import_modules
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage, exit_help
-from ._cli_format import _table, _when
 from ._cli_stores import STORE_ENV, Missing, StoreSpec, store_help
+from ._cli_text import _table, _when
 from ._clock import SystemClock
 from ._engine import open_engine
 from ._errors import TetherError, UsageError

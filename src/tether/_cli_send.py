@@ -24,8 +24,8 @@ import trio
 
 from ._cli_args import import_modules, parse_value
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage
-from ._cli_format import json_text
 from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_text import json_text
 from ._codec import codec, describe
 from ._engine import Engine, open_engine
 from ._errors import (

@@ -25,9 +25,9 @@ import trio
 
 from ._cli_args import decode_args, import_modules, resolve_workflow
 from ._cli_exits import EXIT_FAILED, EXIT_OK
-from ._cli_format import cli_message
 from ._cli_schedules import module_schedules
 from ._cli_stores import StoreSpec
+from ._cli_text import cli_message
 from ._engine import open_engine
 from ._errors import TetherError
 from ._schedule import Schedule

@@ -23,7 +23,8 @@ import attrs
 import trio
 
 from ._dashboard_html import Asked
-from ._engine import Engine, RunInfo
+from ._engine import Engine
+from ._engine_info import RunInfo
 from ._errors import (
     InvalidResponseError,
     RunConflictError,

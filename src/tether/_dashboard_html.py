@@ -22,7 +22,7 @@ from ._dashboard_page import (
     value_cell,
     when,
 )
-from ._engine import RunInfo
+from ._engine_info import RunInfo
 from ._forms import Form
 from ._html import Markup, join, tag
 from ._timeline import format_duration, timeline_svg

@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 import attrs
 
 from ._codec import codec
-from ._engine import RunInfo
+from ._engine_info import RunInfo
 from ._errors import TetherError
 from ._html import Markup, esc, join, tag
 from .stores._protocol import RunStatus

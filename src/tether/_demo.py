@@ -31,9 +31,9 @@ import attrs
 import trio
 
 from . import _workflow as wfmod
-from ._context import parallel
 from ._engine import open_engine
 from ._hooks import HookEvent
+from ._parallel import parallel
 from ._progress import describe_event
 from .stores import SQLiteStore, Store
 from .testing import Delay, FaultyStore, Hang

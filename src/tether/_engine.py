@@ -1,114 +1,58 @@
-"""The engine: the public API of runs (run, resume, cancel, inspect) and open_engine.
+"""The engine: the public API of runs (run, resume, submit, wait, cancel, inspect) and open_engine.
 
-An engine reads a run, claims its lease (:mod:`._ownership`), and hands the
-claimed run to one :class:`~._execution.Execution`, which owns the nurseries,
-the lease and the outcome of that execution. ``open_engine`` owns the store's
-lifetime and the engine's one lease task.
+:class:`Engine` is the public face: each method checks its arguments
+(:mod:`._engine_inputs`) and hands the work to the part that does it:
+
+- :mod:`._engine_launch` reads a run, claims its lease (:mod:`._ownership`)
+  and hands the claimed run to one :class:`~._execution.Execution`, which
+  owns the nurseries, the lease and the outcome of that execution;
+- :mod:`._engine_control` submits, waits for and cancels runs through the
+  store without executing them;
+- :mod:`._engine_info` reads stored runs as :class:`RunInfo`;
+- :mod:`._engine_catalog` finds the code of a stored run's workflow.
+
+``open_engine`` owns the store's lifetime and the engine's one lease task.
 """
 
 from __future__ import annotations
 
-import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager, nullcontext
-from datetime import datetime
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, ParamSpec, TypeVar, final
 
-import attrs
 import trio
 
 from ._changes import Changes
-from ._children import cancel_children, take_parent
 from ._clock import Clock, check_clock
-from ._codec import codec
-from ._context import RunState, StoreErrors, error_info
-from ._errors import (
-    CheckpointCorruptError,
-    CodecError,
-    InvalidResponseError,
-    NonDeterminismError,
-    RunCancelledError,
-    RunConflictError,
-    RunFailedError,
-    RunNotFoundError,
-    UnknownRequestError,
-    UsageError,
-    WorkflowNotFoundError,
+from ._engine_catalog import Catalog
+from ._engine_control import record_cancel, submit_run, wait_for_run
+from ._engine_info import RunInfo, list_infos, read_info
+from ._engine_inputs import (
+    check_engine_options,
+    check_run_id,
+    check_workflow,
+    deadline,
+    encode_args,
+    validate_timeout,
 )
-from ._events import OpenRun, take_observer
-from ._execution import Execution
+from ._engine_launch import Launcher
+from ._errors import UsageError
+from ._events import OpenRun
 from ._hooks import Hooks
 from ._nurseries import exit_nursery
-from ._ownership import Leases, engine_closed, engine_opened, new_owner, owner_is_gone
-from ._replay import decode_workflow_args
-from ._requests import Paused, Request, request_from_json
-from ._serving import live_workers, stranded_records
+from ._ownership import Leases, engine_closed, engine_opened, new_owner
+from ._saver import StoreErrors
+from ._serving import live_workers
 from ._signals import send
-from ._workflow import Workflow, lookup_workflow, registered_keys, registered_names
-from .stores._leases import version_conflict
-from .stores._protocol import (
-    STORE_METHODS,
-    Entry,
-    ErrorInfo,
-    RunRecord,
-    RunStatus,
-    Served,
-    Store,
-    WorkerAd,
-    utcnow,
-)
-from .stores._queue import check_run_filter
+from ._workflow import Workflow
+from .stores._protocol import RunRecord, RunStatus, Served, Store, WorkerAd
 
+# RunInfo is re-exported: its home is ._engine_info.
 __all__ = ("Engine", "RunInfo", "open_engine")
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RunInfo:
-    """A run as stored: what :meth:`Engine.get_run` and :meth:`Engine.list_runs` return."""
-
-    run_id: str
-    workflow: str
-    status: RunStatus
-    #: the result when completed, decoded by the workflow's return annotation
-    #: (as plain JSON values when the workflow is not defined in this process)
-    result: Any
-    error: ErrorInfo | None  #: what the run failed with, when failed
-    requests: tuple[Request, ...]  #: pending requests (when paused)
-    entries: tuple[Entry, ...]  #: the journal (``get_run`` only; empty from ``list_runs``)
-    created_at: datetime
-    updated_at: datetime
-    #: the lease holder (``host:pid:engine-id``) of a run that is executing, or
-    #: that was executing when its owner vanished; ``None`` once released
-    owner: str | None = None
-    #: when the owner's lease expires (store's clock); ``None`` once expired or released
-    lease_expires_at: datetime | None = None
-    #: ``True`` while a live owner executes the run; a ``running`` run that is
-    #: not executing was interrupted (a crash, a caller cancellation) and can be resumed
-    executing: bool = False
-    #: a cancel was recorded; the owner stops the run within one renewal interval
-    cancel_requested: bool = False
-    #: how many times workers claimed the run without an outcome since it was
-    #: submitted or last resumed by hand (``dead_letter`` at ``max_dispatches``)
-    dispatches: int = 0
-    #: the workflow version the run was started under (``None``: unversioned)
-    version: str | None = None
-    #: when a ``waiting`` run (parked on its timers) is due; ``None`` otherwise
-    wake_at: datetime | None = None
-
-
-#: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
-_FIRST_POLL = 0.01
-_MAX_POLL = 1.0
-
-
-def _validate_timeout(value: float | None, name: str) -> None:
-    if value is not None and (not isinstance(value, int | float) or math.isnan(value) or value < 0):
-        raise UsageError(f"{name} must be a non-negative number of seconds or None, not {value!r}")
 
 
 @final
@@ -126,18 +70,25 @@ class Engine:
     ) -> None:
         self._store = store
         self._clock = check_clock(clock)
-        self._hooks = Hooks(hooks)
         self._save_timeout = float(save_timeout)
         self._owner, self._engine_id = new_owner()
         self._leases = Leases(store, self._owner, float(lease_ttl), self._save_timeout)
-        self._active: set[str] = set()
-        # Workflows this engine was handed, by (name, version); they win over the registry.
-        self._workflows: dict[Served, Workflow[..., Any]] = {}
+        self._catalog = Catalog()
+        self._launcher = Launcher(
+            store=store,
+            hooks=Hooks(hooks),
+            save_timeout=self._save_timeout,
+            leases=self._leases,
+            clock=self._clock,
+            catalog=self._catalog,
+            engine=self,
+        )
         self._changes = Changes()
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<tether.Engine {self._owner} store={self._store!r} active={len(self._active)}>"
+        active = len(self._launcher.active)
+        return f"<tether.Engine {self._owner} store={self._store!r} active={active}>"
 
     @property
     def store(self) -> Store:
@@ -163,6 +114,16 @@ class Engine:
     def lease_ttl(self) -> float:
         """Seconds a lease lasts without renewal; renewed every third of that."""
         return self._leases.ttl
+
+    @property
+    def changes(self) -> Changes:
+        """What wakes this engine's waiters and workers (see :mod:`._changes`)."""
+        return self._changes
+
+    @property
+    def leases(self) -> Leases:
+        """This engine's leases (for :mod:`._worker`)."""
+        return self._leases
 
     # -- public API ------------------------------------------------------------
 
@@ -203,47 +164,15 @@ class Engine:
                 it (prompt; nothing more was written).
             StoreError, CodecError, NonDeterminismError: see their docs.
         """
-        if not isinstance(wf, Workflow):
-            raise UsageError(f"engine.run() takes a @tether.workflow, not {wf!r}")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
-        _validate_timeout(timeout, "timeout")
+        check_workflow(wf, "engine.run()")
+        check_run_id(run_id)
+        validate_timeout(timeout, "timeout")
         self._check_open()
-        args_text, decoded_args = self._encode_args(wf, args)
-        self._workflows[(wf.name, wf.version)] = wf
+        args_text, decoded_args = encode_args(wf, args)
+        self._catalog.define(wf)
         run_id = run_id or uuid.uuid4().hex
-        with trio.fail_after(timeout) if timeout is not None else nullcontext():
-            with StoreErrors(f"reading run {run_id!r}"):
-                record = await self._store.get_run(run_id)
-            if record is not None:
-                _check_not_cancelled(record)
-                if record.workflow != wf.name:
-                    raise RunConflictError(
-                        f"run {run_id!r} belongs to workflow {record.workflow!r}, not {wf.name!r}"
-                    )
-                if record.version != wf.version:
-                    # Never another version's code over this run's journal.
-                    raise version_conflict(record, wf.version)
-                if record.args != args_text:
-                    raise RunConflictError(
-                        f"run {run_id!r} was started with other arguments ({record.args:.200}) "
-                        f"than given now ({args_text:.200}); resume it with "
-                        f"engine.resume({run_id!r}) or choose a new run_id"
-                    )
-            now = utcnow()
-            # Given to the claim, which creates the run with its first lease if
-            # it is (still) not stored, or else claims the stored one, if it is
-            # the same workflow with the same arguments (a retry whose first
-            # attempt's create landed after all resumes it).
-            create = RunRecord(
-                run_id=run_id,
-                workflow=wf.name,
-                version=wf.version,
-                args=args_text,
-                created_at=now,
-                updated_at=now,
-            )
-            return await self._continue(wf, record, decoded_args, create=create)  # type: ignore[no-any-return]
+        with deadline(timeout):
+            return await self._launcher.start(wf, run_id, args_text, decoded_args)  # type: ignore[no-any-return]
 
     def open_run(
         self,
@@ -268,11 +197,9 @@ class Engine:
         Raises:
             UsageError: *wf* is not a workflow, or *run_id* or *timeout* is invalid.
         """
-        if not isinstance(wf, Workflow):
-            raise UsageError(f"engine.open_run() takes a @tether.workflow, not {wf!r}")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
-        _validate_timeout(timeout, "timeout")
+        check_workflow(wf, "engine.open_run()")
+        check_run_id(run_id)
+        validate_timeout(timeout, "timeout")
         self._check_open()
         run_id = run_id or uuid.uuid4().hex
         return OpenRun(
@@ -297,7 +224,7 @@ class Engine:
             UsageError: *timeout* is invalid. (What :meth:`resume` raises
                 comes out of ``run.result()``.)
         """
-        _validate_timeout(timeout, "timeout")
+        validate_timeout(timeout, "timeout")
         self._check_open()
         return OpenRun(self, run_id, None, lambda: self.resume(run_id, responses, timeout=timeout))
 
@@ -325,19 +252,10 @@ class Engine:
             UnknownRequestError: a response names no pending request.
             BaseException: anything :meth:`run` raises, for the same reasons.
         """
-        _validate_timeout(timeout, "timeout")
+        validate_timeout(timeout, "timeout")
         self._check_open()
-        with trio.fail_after(timeout) if timeout is not None else nullcontext():
-            with StoreErrors(f"reading run {run_id!r}"):
-                record = await self._store.get_run(run_id)
-            if record is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
-            _check_not_cancelled(record)
-            provided = self._check_responses(record, responses) if responses else {}
-            wf = self._find_workflow(record)
-            return await self._continue(
-                wf, record, self._decode_args(wf, record), provided=provided
-            )
+        with deadline(timeout):
+            return await self._launcher.resume(run_id, responses)
 
     async def submit(self, wf: Workflow[P, R], *args: Any, run_id: str | None = None) -> str:
         """Store a run of ``wf(*args)`` as ``queued`` for a worker, and return its id at once.
@@ -358,42 +276,13 @@ class Engine:
             CodecError: an argument cannot be encoded.
             StoreError: the store failed.
         """
-        if not isinstance(wf, Workflow):
-            raise UsageError(f"engine.submit() takes a @tether.workflow, not {wf!r}")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
+        check_workflow(wf, "engine.submit()")
+        check_run_id(run_id)
         self._check_open()
-        args_text, _ = self._encode_args(wf, args)
-        self._workflows[(wf.name, wf.version)] = wf
+        args_text, _ = encode_args(wf, args)
+        self._catalog.define(wf)
         run_id = run_id or uuid.uuid4().hex
-        now = utcnow()
-        record = RunRecord(
-            run_id=run_id,
-            workflow=wf.name,
-            version=wf.version,
-            args=args_text,
-            status=RunStatus.QUEUED,
-            created_at=now,
-            updated_at=now,
-        )
-        with StoreErrors(f"submitting run {run_id!r}"):
-            try:
-                await self._store.create_run(record)
-            except RunConflictError:
-                existing = await self._store.get_run(run_id)
-                if existing is None:
-                    raise
-                if (existing.workflow, existing.args) != (wf.name, args_text):
-                    raise RunConflictError(
-                        f"run {run_id!r} exists with workflow {existing.workflow!r} and "
-                        f"arguments {existing.args:.200}, not {wf.name!r} with "
-                        f"{args_text:.200}; choose a new run_id"
-                    ) from None
-                if existing.version != wf.version:
-                    raise version_conflict(existing, wf.version) from None
-                return run_id
-        self._changes.notify()
-        return run_id
+        return await submit_run(self._store, self._changes, wf, run_id, args_text)
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Any:
         """Wait, from any process, until the run finishes or pauses; return its result.
@@ -417,33 +306,10 @@ class Engine:
             StoreError, CheckpointCorruptError: the store failed, or the
                 record cannot be read.
         """
-        _validate_timeout(timeout, "timeout")
+        validate_timeout(timeout, "timeout")
         self._check_open()
-        poll = _FIRST_POLL
-        with trio.fail_after(timeout) if timeout is not None else nullcontext():
-            while True:
-                seen = self._changes.generation
-                with StoreErrors(f"reading run {run_id!r}"):
-                    record = await self._store.get_run(run_id)
-                if record is None:
-                    raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
-                if record.status is RunStatus.COMPLETED:
-                    return self._decode_result(record, self._defined(record))
-                if record.status in (RunStatus.FAILED, RunStatus.DEAD_LETTER):
-                    error = record.error or ErrorInfo(type="unknown", message="(no error stored)")
-                    where = f" in step {error.key}" if error.key else ""
-                    raise RunFailedError(
-                        f"run {run_id!r} {record.status.value.replace('_', '-')}{where}: "
-                        f"{error.type}: {error.message}",
-                        run_id=run_id,
-                        error=error,
-                    )
-                if record.status is RunStatus.CANCELLED:
-                    _check_not_cancelled(record)
-                if record.status is RunStatus.PAUSED:
-                    raise Paused(run_id, self._requests(record))
-                await self._changes.wait(seen, poll)
-                poll = min(poll * 2, _MAX_POLL)
+        with deadline(timeout):
+            return await wait_for_run(self._store, self._changes, run_id, self._catalog.defined)
 
     async def send(self, run_id: str, name: str, value: Any) -> None:
         """Send the message *name* with *value* to the run *run_id*, from any process.
@@ -479,7 +345,7 @@ class Engine:
             StoreError: the store failed.
         """
         self._check_open()
-        await send(self._store, run_id, name, value, find=self._find_workflow, now=self._clock.now)
+        await send(self._store, run_id, name, value, find=self._catalog.find, now=self._clock.now)
         self._changes.notify()  # receives waiting here read the mailbox at once
 
     async def cancel(self, run_id: str) -> None:
@@ -508,31 +374,7 @@ class Engine:
             StoreError: the store failed.
         """
         self._check_open()
-        await self._cancel_one(run_id)
-        await cancel_children(self._store, run_id, self._cancel_one)
-
-    async def _cancel_one(self, run_id: str) -> None:
-        """Record the cancel of *run_id*, not of its children (see :meth:`cancel`)."""
-        with StoreErrors(f"cancelling run {run_id!r}"):
-            record = await self._store.get_run(run_id)
-            if record is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self._store!r}")
-            takeover = None
-            if (
-                record.owner is not None
-                and record.lease_expires_at is not None
-                and (
-                    owner_is_gone(record.owner)
-                    # ours, and no longer executing here (a caller cancelled it;
-                    # its release is pending): nobody executes it either
-                    or (record.owner == self._owner and run_id not in self._active)
-                )
-            ):
-                takeover = record.token  # its owner is gone: cancelled at once
-            stored = await self._store.cancel_run(run_id, takeover=takeover)
-        held = self._leases.held.get(run_id)
-        if held is not None and stored.cancel_requested and stored.token == held.token:
-            held.cancelled()
+        await record_cancel(self._store, self._leases, self._launcher.active, run_id)
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The stored state of a run and its journal, or ``None`` for an unknown id.
@@ -541,12 +383,7 @@ class Engine:
         cannot be read.
         """
         self._check_open()
-        with StoreErrors(f"reading run {run_id!r}"):
-            record = await self._store.get_run(run_id)
-            if record is None:
-                return None
-            entries = await self._store.load_entries(run_id)
-        return self._info(record, tuple(entries))
+        return await read_info(self._store, run_id, self._catalog.defined)
 
     async def list_runs(
         self,
@@ -585,28 +422,16 @@ class Engine:
             CheckpointCorruptError: a listed record cannot be read.
         """
         self._check_open()
-        if status is not None and not isinstance(status, str):
-            status = list(status)
-        selected = check_run_filter(status, workflow, after, limit, version)
-        if stranded:
-            with StoreErrors("listing stranded runs"):
-                waiting = await stranded_records(self._store, selected)
-            return [self._info(r, ()) for r in waiting]
-        filters: dict[str, Any] = {
-            k: v
-            for k, v in (
-                ("status", selected.status),
-                ("workflow", workflow),
-                ("after", after),
-                ("limit", limit),
-                ("version", version),
-            )
-            if v is not None
-        }
-        with StoreErrors("listing runs"):
-            # Without filters, as stores written before filters existed take it.
-            records = await self._store.list_runs(**filters)
-        return [self._info(r, ()) for r in records]
+        return await list_infos(
+            self._store,
+            self._catalog.defined,
+            status=status,
+            workflow=workflow,
+            after=after,
+            limit=limit,
+            version=version,
+            stranded=stranded,
+        )
 
     async def list_workers(self) -> list[WorkerAd]:
         """The workers alive on this store and what each serves (their advertisements).
@@ -621,199 +446,6 @@ class Engine:
         with StoreErrors("listing workers"):
             return await live_workers(self._store)
 
-    # -- internals ---------------------------------------------------------------
-
-    def _check_responses(self, record: RunRecord, responses: Mapping[str, Any]) -> dict[str, Any]:
-        """The responses as JSON primitives, once each names a pending request."""
-        run_id = record.run_id
-        if not isinstance(responses, Mapping):
-            raise UsageError(
-                f"responses must be a mapping of request keys to values, not {responses!r}"
-            )
-        keys = ", ".join(map(repr, responses))
-        if (
-            record.status is RunStatus.RUNNING
-            and record.owner is not None
-            and record.lease_expires_at is not None
-            and (record.owner == self._owner or not owner_is_gone(record.owner))
-        ):
-            # Executing now, here or elsewhere: that execution took the run's
-            # requests. A conflict, like any claim of a live lease.
-            raise RunConflictError(
-                f"run {run_id!r} is executing: owner {record.owner} holds its lease until "
-                f"{record.lease_expires_at.isoformat()} (got responses {keys}); nothing was "
-                "journaled. Answer again once the run has paused.",
-                owner=record.owner,
-                expires_at=record.lease_expires_at,
-            )
-        if record.status is RunStatus.COMPLETED:
-            raise RunConflictError(
-                f"run {run_id!r} has completed; it takes no responses (got {keys})"
-            )
-        pending = (
-            [r.key for r in self._requests(record)] if record.status is RunStatus.PAUSED else []
-        )
-        unknown = [k for k in responses if k not in pending]
-        if unknown:
-            raise UnknownRequestError(
-                f"run {run_id!r} (status {record.status}) has no pending request with key "
-                f"{', '.join(map(repr, unknown))}; its pending requests: "
-                f"{', '.join(map(repr, pending)) or 'none'}. Nothing was journaled."
-            )
-        provided: dict[str, Any] = {}
-        for key, value in responses.items():
-            try:
-                provided[key] = codec.to_primitive(value, what=f"the response to {key}")
-            except CodecError as exc:
-                raise InvalidResponseError(
-                    f"run {run_id!r}: {exc}. Nothing was journaled; the run stays paused."
-                ) from None
-        return provided
-
-    def _requests(self, record: RunRecord) -> tuple[Request, ...]:
-        try:
-            return tuple(request_from_json(text) for text in record.requests)
-        except (ValueError, TypeError) as exc:
-            raise CheckpointCorruptError(
-                f"run {record.run_id!r}: a stored pending request cannot be read: {exc}"
-            ) from exc
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise UsageError(
-                "this engine is closed: use it inside its `async with open_engine(...)` block"
-            )
-
-    @contextmanager
-    def _active_here(self, run_id: str) -> Iterator[None]:
-        """Mark *run_id* as executing in this engine for the block."""
-        if run_id in self._active:
-            raise RunConflictError(f"run {run_id!r} is already executing in this engine")
-        self._active.add(run_id)
-        try:
-            yield
-        finally:
-            self._active.discard(run_id)
-
-    @staticmethod
-    def _encode_args(wf: Workflow[..., Any], args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
-        """``wf(*args)``'s arguments as stored (JSON text), and decoded back from it (a copy).
-
-        Static: :func:`tether.schedule` checks a schedule's arguments with it, at definition.
-
-        Raises:
-            UsageError: the arguments do not fit *wf*'s parameters.
-            CodecError: an argument cannot be encoded, or decoded back.
-        """
-        try:
-            wf.signature.bind(args, {})
-        except TypeError as exc:
-            raise UsageError(f"workflow {wf.name}: {exc}") from None
-        text, decoded = codec.snapshot(
-            args, wf.signature.args_type(len(args)), what=f"arguments of workflow {wf.name}"
-        )
-        return text, tuple(decoded)
-
-    def _decode_args(self, wf: Workflow[..., Any], record: RunRecord) -> tuple[Any, ...]:
-        # NonDeterminismError when the workflow's parameters changed (see there).
-        return decode_workflow_args(wf.name, wf.fn, wf.signature, record.run_id, record.args)
-
-    def _defined(self, record: RunRecord) -> Workflow[..., Any] | None:
-        """The run's workflow if it is defined in this process, else ``None``."""
-        try:
-            return self._find_workflow(record)
-        except WorkflowNotFoundError:
-            return None
-
-    def _find_workflow(self, record: RunRecord) -> Workflow[..., Any]:
-        """The code of the run's workflow *and version*: given to this engine, or registered.
-
-        Raises:
-            WorkflowNotFoundError: neither here nor registered (naming the
-                version and the versions that are registered).
-        """
-        wf = self._workflows.get((record.workflow, record.version))
-        if wf is None:
-            try:
-                wf = lookup_workflow(record.workflow, record.version)
-            except WorkflowNotFoundError as exc:
-                v = record.version
-                started = "" if v is None else f" (started under version {v!r})"
-                raise WorkflowNotFoundError(f"run {record.run_id!r}{started}: {exc}") from None
-        return wf
-
-    def _decode_result(self, record: RunRecord, wf: Workflow[..., Any] | None) -> Any:
-        if record.result is None:
-            return None
-        tp = wf.signature.return_type if wf is not None else Any
-        try:
-            return codec.decode(record.result, tp, what=f"result of run {record.run_id!r}")
-        except CodecError as exc:
-            raise CheckpointCorruptError(
-                f"run {record.run_id!r}: stored result does not decode: {exc}"
-            ) from exc
-
-    def _info(self, record: RunRecord, entries: tuple[Entry, ...]) -> RunInfo:
-        # Not defined here: the result is shown as stored (JSON values).
-        wf = self._defined(record)
-        executing = (
-            record.owner is not None
-            and record.lease_expires_at is not None
-            and not owner_is_gone(record.owner)
-        )
-        return RunInfo(
-            run_id=record.run_id,
-            workflow=record.workflow,
-            status=record.status,
-            result=self._decode_result(record, wf),
-            error=record.error,
-            requests=self._requests(record),
-            entries=entries,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-            owner=record.owner,
-            lease_expires_at=record.lease_expires_at if executing else None,
-            executing=executing,
-            cancel_requested=record.cancel_requested,
-            dispatches=record.dispatches,
-            version=record.version,
-            wake_at=record.wake_at,
-        )
-
-    async def _continue(
-        self,
-        wf: Workflow[..., Any],
-        current: RunRecord | None,
-        args: tuple[Any, ...],
-        *,
-        create: RunRecord | None = None,
-        provided: dict[str, Any] | None = None,
-    ) -> Any:
-        """Claim the run (read as *current*, or created from *create*) and execute it."""
-        if current is not None and current.status is RunStatus.COMPLETED:
-            return self._decode_result(current, wf)
-        run_id = current.run_id if current is not None else create.run_id  # type: ignore[union-attr]
-        with self._active_here(run_id):
-            with StoreErrors(f"claiming run {run_id!r}"):
-                record = await self._leases.claim(run_id, current=current, create=create)
-            if record.status is RunStatus.COMPLETED:  # it completed since it was read
-                return self._decode_result(record, wf)
-            # Created by this claim (our record, first token): its journal is empty.
-            created = (
-                current is None
-                and create is not None
-                and record.token == 1
-                and record.created_at == create.created_at
-            )
-            return await self._execute(
-                wf,
-                record,
-                args,
-                provided=provided or {},
-                original=current or record,
-                created=created,
-            )
-
     async def execute_claimed(self, record: RunRecord, *, park_after: float | None = None) -> Any:
         """Execute a run a worker claimed (``record``, with this engine's lease); its outcome.
 
@@ -824,91 +456,27 @@ class Engine:
         caller cancellation. Raises what :meth:`run` raises, ``Paused``, and
         ``Waiting`` for a parked run.
         """
-        wf = self._find_workflow(record)
-        with self._active_here(record.run_id):
-            try:
-                args = self._decode_args(wf, record)
-            except (CheckpointCorruptError, NonDeterminismError) as exc:
-                # Stored as failed (fenced by the claim's token), not released:
-                # a released run would be claimed again, and fail again, forever.
-                failed = attrs.evolve(
-                    record,
-                    status=RunStatus.FAILED,
-                    error=error_info(exc),
-                    owner=None,
-                    updated_at=utcnow(),
-                    lease_expires_at=None,
-                )
-                with StoreErrors(f"storing run {record.run_id!r} as failed"):
-                    await self._store.update_run(failed)
-                raise
-            return await self._execute(
-                wf, record, args, provided={}, original=record, park_after=park_after
-            )
+        return await self._launcher.execute_claimed(record, park_after=park_after)
 
     def define(self, wf: Workflow[..., Any]) -> None:
         """Execute runs of ``wf.name`` and ``wf.version`` as *wf* in this engine (for workers)."""
-        self._workflows[(wf.name, wf.version)] = wf
+        self._catalog.define(wf)
 
     def workflow_names(self) -> frozenset[str]:
         """The workflows this engine can execute: those defined in this process."""
-        return registered_names() | {name for name, _ in self._workflows}
+        return self._catalog.names()
 
     def workflow_keys(self) -> frozenset[Served]:
         """``(name, version)`` of every workflow this engine can execute (for workers)."""
-        return registered_keys() | self._workflows.keys()
+        return self._catalog.keys()
 
-    @property
-    def changes(self) -> Changes:
-        """What wakes this engine's waiters and workers (see :mod:`._changes`)."""
-        return self._changes
+    # -- internals ---------------------------------------------------------------
 
-    @property
-    def leases(self) -> Leases:
-        """This engine's leases (for :mod:`._worker`)."""
-        return self._leases
-
-    async def _execute(
-        self,
-        wf: Workflow[..., Any],
-        record: RunRecord,
-        args: tuple[Any, ...],
-        *,
-        provided: dict[str, Any],
-        original: RunRecord,
-        created: bool = False,
-        park_after: float | None = None,
-    ) -> Any:
-        """Execute the claimed run *record*, holding its lease throughout."""
-        parent = take_parent()  # (a child run, tether.child: it parks as its parent may)
-        state = RunState(
-            run_id=record.run_id,
-            workflow=wf.name,
-            store=self._store,
-            hooks=self._hooks,
-            save_timeout=self._save_timeout,
-            journal={},
-            provided=provided,
-            observer=take_observer(),
-            token=record.token,
-            engine=self,
-            parent=parent,
-            clock=self._clock,
-            park_after=park_after if parent is None else parent.park_after,
-            signals=wf.signals,
-        )
-        execution = Execution(
-            store=self._store,
-            hooks=self._hooks,
-            leases=self._leases,
-            state=state,
-            workflow=wf,
-            args=args,
-            record=record,
-            original=original,
-            created=created,
-        )
-        return await execution.execute()
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(
+                "this engine is closed: use it inside its `async with open_engine(...)` block"
+            )
 
 
 @asynccontextmanager
@@ -952,29 +520,7 @@ async def open_engine(
     Leaving the block ends this engine's leases (best effort, bounded by
     ``save_timeout``), so another engine can take its runs over at once.
     """
-    missing = [m for m in STORE_METHODS if not callable(getattr(store, m, None))]
-    if missing:
-        raise UsageError(
-            f"open_engine() takes a tether store (see tether.stores.Store), not {store!r}: "
-            f"it lacks {', '.join(missing)}. Stores of this version also take leases "
-            "(claim, renew, cancel_run); a wrapper must forward those too, with their "
-            "keyword arguments, and a store should pass tether.testing.check_store"
-        )
-    if (
-        not isinstance(save_timeout, int | float)
-        or isinstance(save_timeout, bool)
-        or math.isnan(save_timeout)
-        or save_timeout <= 0
-    ):
-        raise UsageError(f"save_timeout must be a positive number of seconds, not {save_timeout!r}")
-    if (
-        not isinstance(lease_ttl, int | float)
-        or isinstance(lease_ttl, bool)
-        or not 0 < lease_ttl < math.inf
-    ):
-        raise UsageError(
-            f"lease_ttl must be a positive, finite number of seconds, not {lease_ttl!r}"
-        )
+    check_engine_options(store, save_timeout, lease_ttl)
     engine = Engine(
         store, hooks=hooks, save_timeout=save_timeout, lease_ttl=lease_ttl, clock=check_clock(clock)
     )
@@ -1000,10 +546,3 @@ async def open_engine(
     finally:
         engine_closed(engine._engine_id)
         await store.close()
-
-
-def _check_not_cancelled(record: RunRecord) -> None:
-    if record.status is RunStatus.CANCELLED:
-        raise RunCancelledError(
-            f"run {record.run_id!r} is cancelled; it never executes again (start a new run)"
-        )

@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from typing import Final, Protocol, TypeVar
 
 from ._errors import UsageError
+from ._frame import current_frame
 from ._replay import REPLAYED
-from ._run import current_frame
 from ._saver import StoreErrors
 from .stores._protocol import EntryKind, EntryStatus, RunStatus, Store, utcnow
 

@@ -33,7 +33,6 @@ import attrs
 import trio
 
 from ._codec import codec, describe, dumps, loads
-from ._context import check_key
 from ._errors import (
     CheckpointCorruptError,
     CodecError,
@@ -44,9 +43,10 @@ from ._errors import (
     UsageError,
 )
 from ._events import MessageReceived
+from ._frame import check_key, current_frame
 from ._ownership import Leases
 from ._replay import json_kind
-from ._run import RunState, current_frame
+from ._run import RunState
 from ._saver import StoreErrors
 from ._signals import mailbox
 from .stores._mailbox import Message, check_message_name

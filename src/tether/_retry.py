@@ -4,7 +4,7 @@ A policy says how many attempts a step gets, which errors are worth another
 attempt, and how long to wait before each: ``initial`` seconds after the
 first failure, ``backoff`` times longer after each next one, never more than
 ``maximum``, with random *jitter* so that many runs failing together do not
-retry together. The step's execution (``_context``) journals each failed
+retry together. The step's execution (``_step_attempts``) journals each failed
 attempt with its error and the moment the next attempt is due, and waits
 for that moment as a durable timer: a crash or a restart neither resets the
 backoff nor retries early, and under a worker a long backoff parks the run.
@@ -21,8 +21,9 @@ from typing import Any, final
 import attrs
 
 from ._codec_json import dumps, loads
+from ._error_info import error_info, note_key
 from ._errors import CheckpointCorruptError, CodecError, UsageError
-from ._run import RunState, error_info, note_key
+from ._run import RunState
 from .stores._protocol import Entry, EntryStatus
 
 __all__ = ("Retry", "journal_failure", "next_attempt_at")
@@ -134,7 +135,7 @@ class Retry:
         return seconds
 
 
-# -- the journal of failed attempts (for the retry loop in _context) -----------------------
+# -- the journal of failed attempts (for the retry loop in _step_attempts) -----------------
 
 
 def next_attempt_at(run_id: str, entry: Entry) -> datetime | None:

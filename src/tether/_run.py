@@ -1,26 +1,20 @@
 """The state one execution of a run shares between its tasks.
 
-Every task tether tracks runs with a :class:`Frame` in a context variable:
-which run it belongs to, the key path of the step (or branch) it is inside,
-and the counters that give the next call's key and position (see
-:mod:`._replay`). A frame remembers the task it was made for, so a task
-started in a plain ``trio.open_nursery`` (which inherits the context
-variable) is recognised and refused.
-
-:class:`RunState` holds the rest: the journal, settlement (when every task
-waits in ``ask``, the run pauses; under a worker, when every task waits,
-in ``receive`` or for a durable timer that is far off, the run parks), live
+:class:`RunState` holds the journal, settlement (when every task waits in
+``ask``, the run pauses; under a worker, when every task waits, in
+``receive`` or for a durable timer that is far off, the run parks), live
 events, hooks, human input, the messages read from the run's mailbox, and
-the execution's :class:`~._saver.Saver` (every save and shielded call).
+the execution's :class:`~._saver.Saver` (every save and shielded call). A
+tracked task finds its run through its :class:`~._frame.Frame`; what
+reads and writes the state lives with its API: human input in
+:mod:`._ask`, messages in :mod:`._receive`, timers in :mod:`._timers`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,106 +22,18 @@ import attrs
 import trio
 
 from ._clock import Clock, SystemClock, sleep_until
-from ._codec import codec
-from ._codec_converter import describe
-from ._codec_json import digest, dumps
-from ._errors import (
-    CodecError,
-    InvalidResponseError,
-    NotInRunError,
-    UsageError,
-)
+from ._errors import UsageError
 from ._events import Observer, RunEvent
 from ._hooks import HookEvent, Hooks
-from ._replay import Replay, divergence, undecodable
+from ._replay import Replay, divergence
 from ._requests import Request
 from ._saver import Saver
 from .stores._mailbox import Message
-from .stores._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, Store, utcnow
+from .stores._protocol import Entry, EntryKind, Store
 
-__all__ = (
-    "Frame",
-    "RunState",
-    "Wait",
-    "current_frame",
-    "error_info",
-    "frame_var",
-    "note_key",
-)
+__all__ = ("RunState", "Wait")
 
 log = logging.getLogger("tether")
-
-_KEY_ATTR = "_tether_step_key"
-
-#: The counter of a frame's positions, kept with its per-name counters (so a
-#: ``parallel()`` block, which shares them, shares it too). Never a step name:
-#: those cannot contain "#".
-_POSITION = "#"
-
-
-class Frame:
-    """Where a tracked task is: its run, its key path and its call counters."""
-
-    __slots__ = ("counters", "path", "run", "task")
-
-    def __init__(self, run: RunState, path: str, task: trio.lowlevel.Task) -> None:
-        self.run = run
-        #: "" for the workflow itself, else the key of the enclosing step or branch
-        self.path = path
-        self.task = task
-        self.counters: dict[str, int] | None = None  # made by the first call
-
-    def next_call(self, name: str, explicit: str | None) -> tuple[str, int]:
-        """The key (``name#n``, or *explicit*) and position of the next call of *name* here."""
-        counters = self.counters
-        if counters is None:
-            counters = self.counters = {}
-        position = counters.get(_POSITION, 0)
-        counters[_POSITION] = position + 1
-        if explicit is None:
-            n = counters.get(name, 0)
-            counters[name] = n + 1
-            explicit = f"{name}#{n}"
-        return (f"{self.path}/{explicit}" if self.path else explicit), position
-
-    def key_of(self, name: str) -> str:
-        """The key of a call named *name* here, taking no counter (patch markers)."""
-        return f"{self.path}/{name}" if self.path else name
-
-    @property
-    def position(self) -> int:
-        """The position the next call here takes."""
-        return 0 if self.counters is None else self.counters.get(_POSITION, 0)
-
-    def skip_position(self) -> None:
-        """Take the next position without a key (a patch marker's)."""
-        if self.counters is None:
-            self.counters = {}
-        self.counters[_POSITION] = self.position + 1
-
-
-frame_var: ContextVar[Frame | None] = ContextVar("tether_frame", default=None)
-
-
-def current_frame(what: str) -> Frame:
-    """The frame of the calling task; *what* names the API in the error.
-
-    Raises:
-        NotInRunError: outside a run, or in a task tether does not track.
-    """
-    frame = frame_var.get()
-    if frame is None:
-        raise NotInRunError(
-            f"{what} was used outside a tether run; await it inside a workflow run by "
-            "engine.run() (to test a step's logic alone, call step.fn)"
-        )
-    if frame.task is not trio.lowlevel.current_task():
-        raise NotInRunError(
-            f"{what} was used in a task tether does not track (one started in a plain "
-            f"trio nursery inside run {frame.run.run_id!r}); start it with tether.parallel() "
-            "so its key is fixed and its result journaled"
-        )
-    return frame
 
 
 def _key_order(request: Request) -> list[tuple[str, int]]:
@@ -138,56 +44,6 @@ def _key_order(request: Request) -> list[tuple[str, int]]:
         name, _, n = part.rpartition("#")
         order.append((name, int(n)) if n.isdigit() and name else (part, -1))
     return order
-
-
-def note_key(exc: BaseException, key: str, *, replace: bool = False) -> None:
-    """Remember on *exc* the step it came out of (the innermost one is worth naming).
-
-    With *replace*, *key* replaces a key noted before (a child run's error
-    names the parent's call, not a step of the child's journal).
-    """
-    if isinstance(exc, Exception) and (replace or getattr(exc, _KEY_ATTR, None) is None):
-        with contextlib.suppress(AttributeError):  # exotic exception types
-            setattr(exc, _KEY_ATTR, key)
-
-
-def _step_key_of(exc: BaseException) -> str | None:
-    key = getattr(exc, _KEY_ATTR, None)
-    if key is None and isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            key = _step_key_of(sub)
-            if key is not None:
-                break
-    return key
-
-
-def _type_name(cls: type[BaseException]) -> str:
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    if cls.__module__ == "tether._errors":
-        return f"tether.{cls.__qualname__}"  # the public name
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            yield from _leaves(sub)
-    else:
-        yield exc
-
-
-def error_info(exc: BaseException) -> ErrorInfo:
-    """The stored description of *exc*, naming the step it came out of.
-
-    For an exception group the message lists the errors inside it, so the
-    stored record says what actually failed.
-    """
-    message = str(exc)
-    if isinstance(exc, BaseExceptionGroup):
-        leaves = [f"{_type_name(type(e))}: {e}" for e in _leaves(exc)]
-        message = f"{exc.message}: {'; '.join(leaves)}"
-    return ErrorInfo(type=_type_name(type(exc)), message=message, key=_step_key_of(exc))
 
 
 class Wait:
@@ -522,102 +378,3 @@ class RunState:
                     event.key or event.name,
                     exc_info=exc,
                 )
-
-    # -- human input -----------------------------------------------------------
-
-    async def ask(self, key: str, position: int, payload: Any, response_type: Any) -> Any:
-        """Return the response to the request *key*, or wait until the run settles.
-
-        *position* is the ask's among its parent's calls. A checkpoint; see
-        :func:`tether.ask`.
-        """
-        self.claim(key)
-        if self.replay is not None:
-            self.replay.reach("ask", key, position)  # reached when called, cancelled or not
-        await trio.lowlevel.checkpoint_if_cancelled()
-        what = f"request {key} of run {self.run_id!r}"
-        shown = codec.to_primitive(payload, what=f"the payload of {what}")
-        payload_digest = digest(dumps(shown))
-        entry = self.journal.get(key)
-        if entry is not None:
-            if entry.kind is not EntryKind.RESPONSE:
-                raise self.diverged(
-                    "ask",
-                    key,
-                    position,
-                    f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
-                )
-            if entry.args_digest != payload_digest:
-                raise self.diverged(
-                    "ask",
-                    key,
-                    position,
-                    f"its response was journaled (seq {entry.seq}) for another payload "
-                    f"than it asks now ({dumps(shown):.200})",
-                )
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            try:
-                return codec.decode(entry.value or "null", response_type, what=what)
-            except CodecError as exc:
-                raise self.diverged(
-                    "ask",
-                    key,
-                    position,
-                    undecodable(entry, response_type, "response", "the response type", what),
-                ) from exc
-        request = Request(key=key, payload=shown, response_type=describe(response_type))
-        if key in self.provided:
-            return await self._take_response(request, position, response_type, payload_digest)
-        with self.wait(request):
-            # Only the settlement (or the caller) ends this wait.
-            await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _take_response(
-        self, request: Request, position: int, response_type: Any, payload_digest: str
-    ) -> Any:
-        key = request.key
-        started = utcnow()
-        try:
-            value = codec.structure(
-                self.provided[key], response_type, what=f"the response to {key}"
-            )
-        except CodecError as exc:
-            error = InvalidResponseError(
-                f"run {self.run_id!r}: the response to request {key} does not decode as "
-                f"{request.response_type}: {exc}. Nothing was journaled; the run stays "
-                "paused: resume it with a response of that type."
-            )
-            self.abort(error)
-            await trio.lowlevel.checkpoint()  # raises Cancelled: the run is stopping
-            raise error from exc  # pragma: no cover - only under a shield of the user's own
-        self.accepted[key] = Entry(
-            run_id=self.run_id,
-            key=key,
-            kind=EntryKind.RESPONSE,
-            status=EntryStatus.COMPLETED,
-            value=dumps(self.provided[key]),
-            args_digest=payload_digest,
-            started_at=started,
-            finished_at=utcnow(),
-            token=self.token,
-            position=position,
-        )
-        if len(self.accepted) == len(self.provided):
-            # The last response to be checked stores them all, in one append:
-            # either every response given to resume() is journaled, or none.
-            await self._store_responses()
-        else:
-            wait = self.wait(request)
-            self.response_waits.append(wait)
-            with wait:
-                await self.responses_stored.wait()
-        return value
-
-    async def _store_responses(self) -> None:
-        await self.save(list(self.accepted.values()))
-        self.provided.clear()
-        self.accepted.clear()
-        for wait in self.response_waits:
-            wait.end()
-        self.responses_stored.set()

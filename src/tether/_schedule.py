@@ -55,6 +55,7 @@ import trio
 
 from ._clock import Clock, sleep_until
 from ._engine import Engine
+from ._engine_inputs import encode_args
 from ._errors import CodecError, RunConflictError, StoreError, UsageError
 from ._saver import StoreErrors
 from ._workflow import Workflow
@@ -211,7 +212,7 @@ def schedule(
     if not isinstance(args, tuple | list):
         raise UsageError(f"{what}: args must be a tuple of the workflow's arguments, not {args!r}")
     try:
-        encoded, decoded = Engine._encode_args(wf, tuple(args))
+        encoded, decoded = encode_args(wf, tuple(args))
     except UsageError as exc:
         raise UsageError(f"{what}: {exc}") from None
     except CodecError as exc:

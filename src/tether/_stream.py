@@ -35,17 +35,18 @@ import trio
 
 from ._codec import codec
 from ._codec_json import digest
-from ._context import check_key
+from ._error_info import error_info, note_key
 from ._errors import (
     CodecError,
     StreamClosed,
     UsageError,
 )
 from ._events import CheckpointStored, StepFinished, StepStarted, StreamItem
+from ._frame import Frame, check_key, current_frame, frame_var
 from ._hooks import HookEvent
 from ._nurseries import exit_nursery
 from ._replay import undecodable
-from ._run import Frame, RunState, current_frame, error_info, frame_var, note_key
+from ._run import RunState
 from ._workflow import StreamStep
 from .stores._protocol import Entry, EntryKind, EntryStatus, utcnow
 

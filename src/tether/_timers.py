@@ -30,10 +30,9 @@ from typing import Any
 import trio
 
 from ._codec_json import dumps, loads
-from ._context import check_key
 from ._errors import CheckpointCorruptError, CodecError, UsageError
 from ._events import TimerFired, TimerStarted
-from ._run import current_frame
+from ._frame import check_key, current_frame
 from .stores._protocol import Entry, EntryKind
 
 __all__ = ("Waiting", "due_of", "sleep", "sleep_until")

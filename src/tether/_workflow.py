@@ -12,12 +12,12 @@ from typing import Any, ClassVar, Final, Generic, NoReturn, ParamSpec, TypeVar, 
 
 import attrs
 
-from . import _context
+from . import _frame
 from ._codec import Signature
-from ._context import call_step as _call_step
 from ._errors import UsageError, WorkflowNotFoundError
 from ._retry import Retry
 from ._signals import check_signals
+from ._steps import call_step as _call_step
 
 __all__ = ("Step", "StreamStep", "Workflow", "lookup_workflow", "step", "stream_step", "workflow")
 
@@ -59,7 +59,7 @@ class Step(Generic[P, R_co]):
     name: str
     signature: Signature = attrs.field(repr=False)
     retries: int = 0
-    #: marks steps for ``parallel().start_soon`` (see ``_context.STEP_MARKER``)
+    #: marks steps for ``parallel().start_soon`` (see ``_parallel.STEP_MARKER``)
     _tether_is_step: ClassVar[bool] = True
     timeout: float | None = None
     key: str | None = None  #: a fixed key set by :meth:`with_key`
@@ -75,7 +75,7 @@ class Step(Generic[P, R_co]):
         ``await charge.with_key("charge-main")(order)``. The key is used as it
         is under the parent's path; it must be unique within the parent.
         """
-        return attrs.evolve(self, key=_context.check_key(key))
+        return attrs.evolve(self, key=_frame.check_key(key))
 
 
 @final
@@ -115,7 +115,7 @@ class StreamStep(Generic[P, R_co]):
 
     def with_key(self, key: str) -> StreamStep[P, R_co]:
         """This stream step with an explicit journal key instead of ``name#n``."""
-        return attrs.evolve(self, key=_context.check_key(key))
+        return attrs.evolve(self, key=_frame.check_key(key))
 
 
 @final

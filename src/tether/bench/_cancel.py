@@ -43,7 +43,7 @@ from .._errors import RunNotFoundError, UsageError
 from .._workflow import Workflow
 from ..stores._protocol import STORE_METHODS
 from ..testing import FaultyStore, Hang, StoreFactory
-from ..testing._faulty import Fault
+from ..testing._faults import Fault
 from ._census import Census, Culprit
 from ._deadline import bare_nursery, under_deadline
 from ._findings import judge

@@ -33,7 +33,7 @@ from .._workflow import Workflow
 from ..stores import Store
 from ..testing import ClockHoldingStore, FaultyStore, StoreFactory
 from ..testing._conformance_base import _maybe_await
-from ..testing._faulty import Call, Fault
+from ..testing._faults import Call, Fault
 from ._results import Probe
 
 __all__ = ("Holding", "Watched", "delete_quietly", "make_store", "outcome_of", "probe")

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from .._cli_format import _table
+from .._cli_text import _table
 from ._results import CancelResult, CancelSample, Finding, StepsResult, ThroughputResult
 from ._stats import Percentiles, percentiles
 

@@ -41,15 +41,15 @@ from ._explore_workers import WorkerFault as WorkerFault
 from ._explore_workers import WorkerPlan as WorkerPlan
 from ._explore_workers import WorkerTrial as WorkerTrial
 from ._explore_workers import explore_workers as explore_workers
-from ._faulty import Call as Call
-from ._faulty import Crash as Crash
-from ._faulty import Delay as Delay
-from ._faulty import Do as Do
-from ._faulty import Fault as Fault
+from ._faults import Call as Call
+from ._faults import Crash as Crash
+from ._faults import Delay as Delay
+from ._faults import Do as Do
+from ._faults import Fault as Fault
+from ._faults import Hang as Hang
+from ._faults import Raise as Raise
+from ._faults import SimulatedCrash as SimulatedCrash
 from ._faulty import FaultyStore as FaultyStore
-from ._faulty import Hang as Hang
-from ._faulty import Raise as Raise
-from ._faulty import SimulatedCrash as SimulatedCrash
 
 __all__ = (
     "CHECKS",

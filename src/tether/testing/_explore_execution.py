@@ -22,7 +22,7 @@ import trio
 from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord
 from ._explore_leases import Race, Takeover, check_once, check_race, check_takeover
 from ._explore_plan import Injection
-from ._faulty import SimulatedCrash
+from ._faults import SimulatedCrash
 
 __all__ = (
     "RUN_ID",

@@ -45,7 +45,8 @@ from .._workflow import Workflow
 from ..stores._protocol import Entry, EntryKind, EntryStatus, RunStatus, Store
 from ._clock import hold_clock
 from ._explore_shared import Connection, Landed, Refused, SharedStore, label_after, label_before
-from ._faulty import FaultyStore, SimulatedCrash
+from ._faults import SimulatedCrash
+from ._faulty import FaultyStore
 
 __all__ = ("SUBMITTER", "Options", "Outcome", "Trial", "WorkerTrial")
 

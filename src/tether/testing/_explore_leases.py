@@ -50,7 +50,7 @@ from .._engine import Engine
 from .._ownership import engine_closed, engine_opened
 from .._workflow import Workflow
 from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, Store
-from ._faulty import Call, SimulatedCrash
+from ._faults import Call, SimulatedCrash
 
 __all__ = (
     "OTHER",

@@ -49,7 +49,8 @@ from ._explore_execution import (
 )
 from ._explore_leases import OwnerFaults, Race, hand_back, open_owner
 from ._explore_plan import FaultPlan, InjectedFailure, Injection
-from ._faulty import Call, Crash, Do, FaultyStore, _torn_writer
+from ._faults import Call, Crash, Do, _torn_writer
+from ._faulty import FaultyStore
 
 __all__ = ("Settings", "Trial")
 

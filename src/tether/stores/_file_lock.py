@@ -1,0 +1,115 @@
+"""A FileStore's lock on a run: the ``flock`` every process respects.
+
+Every write about a run (an append, a record update, a claim, a cancel, a
+message, a delete) holds an exclusive ``flock`` on the run's ``.lock`` file
+while it reads the run's token and writes, so the fencing check and the
+write are one atomic step for every process (a lock dies with its process).
+A write waits for another process's lock by polling, for at most
+``LOCK_TIMEOUT`` seconds.
+
+The lock is taken in the worker thread that does the write and held until
+that write is done. Taking it also checks that the folder is still the run's
+(a delete renames the folder away under the same lock), and drops what this
+process cached for appends to a run whose folder is not the one cached for
+(the run was deleted and created again, by any process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .._errors import RunNotFoundError, StoreError
+from ._file_base import FileBase
+from ._file_disk import LOCK, LOCK_POLL, LOCK_TIMEOUT, O_CLOEXEC, O_NOFOLLOW
+
+__all__ = ("FileLocking",)
+
+
+class FileLocking(FileBase):
+    """The run's ``flock`` (see the module doc), for the concerns that write."""
+
+    @contextlib.contextmanager
+    def _locked(self, run_id: str, doing: str = "cannot write") -> Iterator[Path]:
+        """Hold the run's ``flock`` (every process respects it); yield its folder.
+
+        Raises:
+            RunNotFoundError: no such run (the message starts with *doing*).
+            StoreError: another process held the lock for ``LOCK_TIMEOUT``.
+        """
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            folder = self._run_dir(run_id)
+            if folder is None:
+                raise RunNotFoundError(f"{doing} run {run_id!r}: it is not stored in {self!r}")
+            try:
+                fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            except FileNotFoundError:
+                continue  # deleted meanwhile (its folder renamed away): look again
+            if self._lock_file(run_id, folder, fd, deadline):
+                break
+            os.close(fd)
+        try:
+            self._forget_if_new(run_id, fd)
+            yield folder
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _lock_file(self, run_id: str, folder: Path, fd: int, deadline: float) -> bool:
+        """``flock`` *fd*, the run's lock file; ``False`` if, once locked, it is no
+        longer the run's (``delete_run`` renamed the folder away meanwhile).
+
+        Raises:
+            StoreError: another process held the lock until *deadline*.
+        """
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StoreError(
+                            f"run {run_id!r}: {folder / LOCK} was held by another process "
+                            f"for {LOCK_TIMEOUT:.0f} s (is one stopped?)"
+                        ) from None
+                    time.sleep(LOCK_POLL)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(folder / LOCK, follow_symlinks=False)
+            except FileNotFoundError:
+                return False
+            return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _forget_if_new(self, run_id: str, fd: int) -> None:
+        """Drop what is cached for appends to *run_id* if its folder is not the one
+        they were cached for: the run was deleted and created again (by any process).
+
+        *fd* is the run's locked lock file: created in its folder by the first
+        write and never replaced, so its identity (device, inode, change time)
+        stands for that folder.
+        """
+        st = os.fstat(fd)
+        mark = (st.st_dev, st.st_ino, st.st_ctime_ns)
+        with self._run_lock(run_id):
+            if self._marks.get(run_id) != mark:
+                self._ids.pop(run_id, None)
+                self._next.pop(run_id, None)
+                self._marks[run_id] = mark
+
+    @contextlib.contextmanager
+    def _locked_or_none(self, run_id: str) -> Iterator[Path | None]:
+        """:meth:`_locked`, yielding ``None`` for a run that is not stored (deleted)."""
+        with contextlib.ExitStack() as stack:
+            try:
+                folder: Path | None = stack.enter_context(self._locked(run_id))
+            except RunNotFoundError:
+                folder = None
+            yield folder

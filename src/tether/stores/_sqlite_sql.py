@@ -1,0 +1,149 @@
+"""The SQL of the SQLite store: its layout, its schema, its migrations and its statements.
+
+Layout (schema version 6, kept in ``PRAGMA user_version``)::
+
+    runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
+         run_id TEXT NOT NULL UNIQUE,
+         data TEXT NOT NULL,                       -- RunRecord.to_json(), JSON text
+         owner TEXT, token INTEGER, cancel INTEGER,  -- copies of data's lease fields
+         status TEXT, workflow TEXT,               -- copies for listing and workers,
+                                                   -- indexed with id
+         version TEXT,                             -- copy of the workflow version
+         wake_at REAL)                             -- copy of a waiting run's wake_at,
+                                                   -- Unix time, indexed
+    entries(run_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            ikey TEXT NOT NULL,                    -- Entry.idempotency_key
+            data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
+            PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
+    messages(run_id TEXT NOT NULL, seq INTEGER NOT NULL,  -- a run's mailbox
+             data TEXT NOT NULL,                   -- Message.to_json(), JSON text
+             PRIMARY KEY (run_id, seq))
+    owners(owner TEXT PRIMARY KEY,                 -- one row per lease holder:
+           expires REAL NOT NULL)                  -- its leases' expiry, Unix time
+    workers(owner TEXT PRIMARY KEY,                -- one row per live worker:
+            serves TEXT NOT NULL,                  -- its (workflow, version) pairs, JSON
+            expires REAL NOT NULL)                 -- until when, Unix time
+
+A lease is per owner, not per run: renewing every run an engine holds is one
+row's update. The lease columns of ``runs`` mirror the JSON so that fencing
+checks and renewals are indexed queries; ``status`` and ``workflow`` do the
+same for filtered listings and for workers' claims. Older files are
+migrated on open (the columns, indexes and tables are added; older JSON stays
+readable).
+
+Plain text, kept apart so that the store's logic reads without it and the
+whole schema history reads in one place; :meth:`._sqlite_tables.Tables.migrate`
+runs the migrations.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = (
+    "DISPATCHABLE",
+    "INSERT_ENTRY",
+    "INSERT_RUN",
+    "LAST_SEQ",
+    "MIGRATIONS",
+    "PUT_RUN",
+    "SCHEMA_VERSION",
+    "SELECT_RUN",
+    "SET_OWNER",
+)
+
+#: The schema version this tether writes and reads (``PRAGMA user_version``).
+SCHEMA_VERSION: Final = 6
+
+_SCHEMA = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL UNIQUE,
+    data TEXT NOT NULL
+);
+CREATE TABLE entries (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    ikey TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq),
+    UNIQUE (run_id, ikey)
+);
+"""
+# Version 1 -> 2: the lease columns and the owners table.
+_MIGRATE_2 = """
+ALTER TABLE runs ADD COLUMN owner TEXT;
+ALTER TABLE runs ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN cancel INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL;
+CREATE TABLE owners (owner TEXT PRIMARY KEY, expires REAL NOT NULL);
+"""
+# Version 2 -> 3: status and workflow columns, indexed for listing and for workers.
+_MIGRATE_3 = """
+ALTER TABLE runs ADD COLUMN status TEXT;
+ALTER TABLE runs ADD COLUMN workflow TEXT;
+UPDATE runs SET status = json_extract(data, '$.status'), workflow = json_extract(data, '$.workflow')
+    WHERE json_valid(data);
+CREATE INDEX runs_status ON runs (status, id);
+CREATE INDEX runs_workflow ON runs (workflow, id);
+"""
+# Version 3 -> 4: the workflow version column (older records have none: NULL is
+# right), and workers' advertisements, kept apart from leases. No index for the
+# version: a workflow has few versions, and the (workflow, id) index narrows to it.
+_MIGRATE_4 = """
+ALTER TABLE runs ADD COLUMN version TEXT;
+CREATE TABLE workers (owner TEXT PRIMARY KEY, serves TEXT NOT NULL, expires REAL NOT NULL);
+"""
+# Version 4 -> 5: when a waiting run (parked on a timer) is due, for workers'
+# claims; only waiting runs have one, so the index holds only them.
+_MIGRATE_5 = """
+ALTER TABLE runs ADD COLUMN wake_at REAL;
+CREATE INDEX runs_wake ON runs (wake_at) WHERE status = 'waiting';
+"""
+# Version 5 -> 6: runs' mailboxes (engine.send, tether.receive).
+_MIGRATE_6 = """
+CREATE TABLE messages (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"""
+_STEPS: Final = (_SCHEMA, _MIGRATE_2, _MIGRATE_3, _MIGRATE_4, _MIGRATE_5, _MIGRATE_6)
+#: What brings a file of each older version to :data:`SCHEMA_VERSION` (0: a new file).
+MIGRATIONS: Final = {version: "".join(_STEPS[version:]) for version in range(SCHEMA_VERSION)}
+
+INSERT_ENTRY: Final = "INSERT INTO entries (run_id, seq, ikey, data) VALUES (?, ?, ?, ?)"
+#: The run's lease holder and token (for the fencing check) and its highest seq.
+LAST_SEQ: Final = """
+SELECT owner, token, (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE run_id = ?1)
+FROM runs WHERE run_id = ?1
+"""
+#: A run record with its owner's lease expiry.
+SELECT_RUN: Final = """
+SELECT r.id, r.run_id, r.data, o.expires FROM runs r LEFT JOIN owners o ON o.owner = r.owner
+"""
+PUT_RUN: Final = """
+UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?, version = ?,
+wake_at = ? WHERE run_id = ?
+"""
+INSERT_RUN: Final = """
+INSERT INTO runs (data, owner, token, cancel, status, workflow, version, wake_at, run_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+#: Candidates for a worker's claim, oldest first (see dispatchable(), which
+#: decides); ``{workflows}``, ``{pairs}`` and ``{gone}`` take the placeholders.
+DISPATCHABLE: Final = (
+    SELECT_RUN
+    + """
+WHERE r.workflow IN ({workflows}) AND (r.workflow, COALESCE(r.version, '')) IN (VALUES {pairs})
+AND (r.status = 'queued' OR (r.status = 'running' AND (
+    r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone})))
+    OR (r.status = 'waiting' AND r.wake_at <= ?))
+ORDER BY r.id LIMIT 32
+"""
+)
+SET_OWNER: Final = """
+INSERT INTO owners (owner, expires) VALUES (?, ?)
+ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires
+"""
