@@ -37,6 +37,11 @@ bench:
     python benchmarks/regression.py
     python benchmarks/postgres.py
 
+# tether against its peers, in their own venv: regenerates docs/benchmarks.md, plots, README table
+bench-peers *ARGS:
+    python benchmarks/peers/run.py {{ARGS}}
+    python benchmarks/peers/report.py
+
 # format the code
 fmt:
     ruff format src tests benchmarks examples docs/_hooks
