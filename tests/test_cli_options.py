@@ -144,7 +144,7 @@ def test_the_top_help_lists_every_status_with_the_same_meaning(
 ) -> None:
     top = help_of([], capsys)
     assert exit_statuses(top) == [0, 1, 2, 3, 4, 130]
-    assert "`run`, `submit` and `worker` create the store if it does not exist" in top
+    assert "`run`, `submit`, `worker` and `bench` create the store if it does not exist" in top
     run = help_of(["run"], capsys)
     for status in (EXIT_PAUSED, EXIT_TIMED_OUT, EXIT_INTERRUPTED):
         line = next(line for line in run.splitlines() if line.startswith(f"  {status} "))

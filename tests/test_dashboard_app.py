@@ -20,6 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -28,7 +29,7 @@ import tether
 from tether._cli import main
 from tether._cli_ui import INSTALL_HINT
 from tether._dashboard import Dashboard, dashboard_app, open_dashboard
-from tether._dashboard_page import SCRIPT_HASH
+from tether._dashboard_page import SCRIPT_HASH, execution
 from tether._requests import Request, request_to_json
 from tether.stores import EntryKind, RunRecord, RunStatus, utcnow
 
@@ -420,3 +421,15 @@ async def _status(db: Path, run_id: str) -> RunStatus:
         info = await engine.get_run(run_id)
         assert info is not None
         return info.status
+
+
+async def test_a_run_parked_in_receive_says_it_waits_for_a_message() -> None:
+    async with tether.open_engine(tether.MemoryStore()) as engine:
+        run_id = await engine.submit(flows.checkout, "o-1", run_id="parked")
+        info = await engine.get_run(run_id)
+    assert info is not None
+    due = utcnow()
+    on_timer = attrs.evolve(info, status=RunStatus.WAITING, wake_at=due)
+    on_message = attrs.evolve(info, status=RunStatus.WAITING, wake_at=None)
+    assert "parked on its timers until" in str(execution(on_timer, "memory:"))
+    assert str(execution(on_message, "memory:")) == "parked, waiting for a message"

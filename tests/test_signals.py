@@ -314,10 +314,10 @@ async def test_a_bad_message_is_refused_at_send_and_nothing_is_stored(
         assert isinstance(caught.value, TypeError)
         assert "'a'" in str(caught.value) and "'approve'" in str(caught.value)
         assert "bool" in str(caught.value) and "nothing was stored" in str(caught.value)
-        with pytest.raises(tether.MessageRejectedError, match="must be Item"):
+        with pytest.raises(tether.MessageRejectedError, match="declares it as Item"):
             await engine.send("a", "item", {"sku": "x", "count": 1})  # a dict is not an Item
         with pytest.raises(
-            tether.MessageRejectedError, match=r"declares no message 'reject' \(declared: "
+            tether.MessageRejectedError, match=r"declares no such message \(it declares "
         ) as undeclared:
             await engine.send("a", "reject", True)
         assert "'approve', 'item'" in str(undeclared.value)

@@ -40,8 +40,8 @@ EXIT_INTERRUPTED: Final = 130
 _MEANINGS: Final = {
     EXIT_OK: "success",
     EXIT_FAILED: "the run failed, or the run or store does not exist or cannot be read, "
-    "or the run cannot be executed or cancelled now (another owner holds it, it is "
-    "cancelled, it has completed)",
+    "or the run cannot be executed, cancelled or sent a message now (another owner holds it, "
+    "it is cancelled, it has finished)",
     EXIT_USAGE: "usage error: the command line is wrong; nothing was executed or changed",
     EXIT_PAUSED: "the run paused, waiting for answers (answer with `tether resume --respond`)",
     EXIT_TIMED_OUT: "--timeout expired: the run is interrupted, not failed; resume it",

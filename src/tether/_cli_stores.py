@@ -65,8 +65,8 @@ def store_help(*, creates: bool) -> str:
 #: The ``stores:`` section of the help of ``tether`` itself.
 STORE_HELP: Final = f"""\
 {_KINDS}
-  `run`, `submit` and `worker` create the store if it does not exist; the
-  other commands never create one (a missing one is an error, exit status 1)."""
+  `run`, `submit`, `worker` and `bench` create the store if it does not exist;
+  the other commands never create one (a missing one is an error, exit status 1)."""
 
 
 class SpecError(ValueError):

@@ -209,7 +209,9 @@ def execution(info: RunInfo, store: str) -> Markup:
         return join(["interrupted (no live owner): ", tag("code", hint)])
     if info.status is RunStatus.QUEUED:
         return esc("waiting for a worker")
-    if info.status is RunStatus.WAITING and info.wake_at is not None:
+    if info.status is RunStatus.WAITING:
+        if info.wake_at is None:  # parked in tether.receive: a send makes it due
+            return esc("parked, waiting for a message")
         return esc(f"parked on its timers until {when(info.wake_at)} UTC")
     if info.status is RunStatus.DEAD_LETTER:
         return esc(f"set aside after {info.dispatches} dispatches; resume it once fixed")

@@ -18,6 +18,8 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 from ._codec import codec, describe
+from ._codec_check import _explain
+from ._codec_types import show
 from ._errors import (
     CodecError,
     MessageRejectedError,
@@ -84,8 +86,8 @@ def _declared(run_id: str, workflow: str, signals: Mapping[str, Any], name: str)
     except KeyError:
         declared = ", ".join(map(repr, sorted(signals))) or "none"
         raise MessageRejectedError(
-            f"run {run_id!r}: workflow {workflow} declares no message {name!r} (declared: "
-            f"{declared}); nothing was stored. Declare it with "
+            f"run {run_id!r} refused message {name!r}: workflow {workflow} declares no such "
+            f"message (it declares {declared}); nothing was stored. Declare it with "
             f"@tether.workflow(signals={{{name!r}: <type>}})"
         ) from None
 
@@ -105,11 +107,15 @@ def encode_message(
     """
     tp = _declared(run_id, workflow, signals, name)
     try:
-        text, _ = codec.snapshot(value, tp, what=f"message {name!r} to run {run_id!r}")
+        text, _ = codec.snapshot(value, tp, what=f"message {name!r}")
     except CodecError as exc:
+        # The codec's own words say why; a decode that failed says it best by its cause.
+        cause = exc.__cause__
+        why = str(exc) if cause is None else _explain(cause)
         raise MessageRejectedError(
-            f"run {run_id!r}: message {name!r} must be {describe(tp)} (as workflow {workflow} "
-            f"declares it), and this value is refused: {exc}; nothing was stored"
+            f"run {run_id!r} refused message {name!r}: workflow {workflow} declares it as "
+            f"{describe(tp)}, and the {type(value).__qualname__} value {show(value, 80)} is not "
+            f"one ({why}); nothing was stored"
         ) from exc
     return text
 
