@@ -10,15 +10,14 @@ kills the process there, while the child executes inside its parent.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import trio
 
 import tether
-from tether._cli import StoreSpec
-from tether.stores import Store
+from tests._scripts import append_synced
+from tests._scripts import open_store as open_store
 
 RUN_ID = "parent"
 CHILD_ID = "parent:child#0"
@@ -28,18 +27,9 @@ log_path: list[Path] = []
 blocking: list[bool] = []
 
 
-def record(line: str) -> None:
-    fd = os.open(log_path[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @tether.step
 async def work(i: int) -> int:
-    record(f"work#{i}")
+    append_synced(log_path[0], f"work#{i}")
     if i == 2 and blocking:
         print("blocked", flush=True)
         await trio.sleep_forever()
@@ -48,13 +38,13 @@ async def work(i: int) -> int:
 
 @tether.step
 async def before() -> int:
-    record("before#0")
+    append_synced(log_path[0], "before#0")
     return 1
 
 
 @tether.step
 async def after(x: int) -> int:
-    record("after#0")
+    append_synced(log_path[0], "after#0")
     return x + 1
 
 
@@ -71,10 +61,6 @@ async def parent(steps: int) -> int:
     a = await before()
     b = await tether.child(kid, steps)
     return await after(a + b)
-
-
-def open_store(kind: str, location: str) -> Store:
-    return StoreSpec.parse(f"{kind}:{location}").open_for_writing()
 
 
 async def main(kind: str, location: str) -> None:

@@ -8,14 +8,14 @@ returns), so a test can count executions across a SIGKILL.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import trio
 
 import tether
-from tether._cli import StoreSpec
+from tests._scripts import append_synced
+from tests._scripts import open_store as open_store
 from tether.stores import Store
 
 GROUPS, WIDTH = 10, 5
@@ -24,19 +24,11 @@ EXPECTED = sum(i * i for i in range(GROUPS * WIDTH))
 log_path: list[Path] = []
 
 
-def record(line: str) -> None:
-    fd = os.open(log_path[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @tether.step
 async def work(i: int) -> int:
     await trio.sleep(0.001 * (i % 3))
-    record(f"work#{i}")  # the i-th call of `work` in the workflow has key work#i
+    # The i-th call of `work` in the workflow has the key work#i.
+    append_synced(log_path[0], f"work#{i}")
     return i * i
 
 
@@ -48,10 +40,6 @@ async def fanout(groups: int, width: int) -> int:
             handles = [p.start_soon(work, g * width + i) for i in range(width)]
         total += sum(h.result for h in handles)
     return total
-
-
-def open_store(kind: str, location: str) -> Store:
-    return StoreSpec.parse(f"{kind}:{location}").open_for_writing()
 
 
 async def run_to_completion(store: Store, *, announce: bool = False) -> int:

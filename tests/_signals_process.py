@@ -14,14 +14,14 @@ logged (the test kills the process there).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import trio
 
 import tether
-from tether._cli import StoreSpec
+from tests._scripts import append_synced
+from tests._scripts import open_store as open_store
 from tether.stores import Store
 
 RUN_ID = "signals"
@@ -30,18 +30,9 @@ log_path: list[Path] = []
 block_at: list[int] = []
 
 
-def record(line: str) -> None:
-    fd = os.open(log_path[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @tether.step
 async def took(i: int, value: int) -> int:
-    record(f"took#{i} {value}")
+    append_synced(log_path[0], f"took#{i} {value}")
     if block_at and i == block_at[0]:
         await trio.sleep_forever()
     return value
@@ -54,12 +45,6 @@ async def receiver(count: int) -> list[int]:
         value = await tether.receive("n", int)
         got.append(await took(i, value))
     return got
-
-
-def open_store(kind: str, location: str, schema: str = "tether") -> Store:
-    if kind == "postgres":
-        return tether.PostgresStore(location, schema=schema, pool_size=2)
-    return StoreSpec.parse(f"{kind}:{location}").open_for_writing()
 
 
 async def main(store: Store) -> None:

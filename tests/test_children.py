@@ -40,6 +40,7 @@ from tether.testing._explore import Explorer
 from tether.testing._faulty import Call
 
 from . import _child_crash_workflow as crashing
+from ._cli import tether_env
 from ._registry import saved_registry
 from .conftest import reopen_store
 
@@ -454,6 +455,7 @@ def test_a_parent_killed_while_its_child_executes_reattaches_to_it(
         [sys.executable, str(HERE / "_child_crash_workflow.py"), kind, where, str(log), "block"],
         stdout=subprocess.PIPE,
         text=True,
+        env=tether_env(),  # (it imports tests._scripts)
     )
     try:
         assert proc.stdout is not None

@@ -24,6 +24,7 @@ import tether
 from tether.stores import RunStatus, Store
 
 from . import _crash_workflow as crash
+from ._cli import tether_env
 
 HERE = Path(__file__).resolve().parent
 KILLS = 20
@@ -121,6 +122,7 @@ def test_sigkill_at_a_random_moment_loses_nothing_and_repeats_nothing(
             [sys.executable, str(HERE / "_crash_workflow.py"), kind, where, str(log)],
             stdout=subprocess.PIPE,
             text=True,
+            env=tether_env(),  # (it imports tests._scripts)
         )
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         return proc, where, log

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tether
@@ -35,7 +35,8 @@ from tether.stores import (
 from tether.stores._postgres_sql import SCHEMA_VERSION as PG_SCHEMA_VERSION
 
 from . import _postgres
-from .conftest import make_store, reopen_store
+from ._differential import PROPERTY_SETTINGS, apply_ops, on_both
+from .conftest import reopen_store
 from .test_postgres import _lose_one_ack
 
 T0 = datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC)
@@ -272,56 +273,49 @@ mailbox_operations = st.lists(
 
 async def _apply(store: Store, ops: list[tuple[Any, ...]]) -> list[object]:
     """Apply *ops* to *store*; return every outcome (a value, or the error type)."""
+    return await apply_ops(store, ops, _do, _last)
+
+
+async def _do(store: Store, i: int, name: str, args: list[Any]) -> list[object]:
+    now = T0 + timedelta(minutes=i)
+    mailbox = mailbox_of(store)
+    assert mailbox is not None
+    if name == "create":
+        await store.create_run(_record(args[0], created_at=now, updated_at=now))
+        return []
+    if name == "status":
+        # A waiting run waits for messages (no wake_at) or on a timer an hour off.
+        wake_at = now + timedelta(hours=1) if i % 2 else None
+        record = _record(args[0], status=args[1], created_at=T0, updated_at=now)
+        if args[1] is RunStatus.WAITING:
+            record = attrs.evolve(record, wake_at=wake_at)
+        await store.update_run(record)
+        return []
+    if name == "send":
+        return [await mailbox.send_message(args[0], args[1], str(i), now=now)]
+    if name == "load":
+        return [list(await mailbox.load_messages(args[0], after=args[1]))]
+    if name == "get":
+        return [await store.get_run(args[0])]
+    assert name == "delete"
+    return [await store.delete_run(args[0])]  # type: ignore[attr-defined]
+
+
+async def _last(store: Store) -> list[object]:
     outcomes: list[object] = []
-    await store.open()
-    try:
-        for i, (name, *args) in enumerate(ops):
-            now = T0 + timedelta(minutes=i)
-            mailbox = mailbox_of(store)
-            assert mailbox is not None
-            try:
-                if name == "create":
-                    await store.create_run(_record(args[0], created_at=now, updated_at=now))
-                elif name == "status":
-                    # A waiting run waits for messages (no wake_at) or on a timer an hour off.
-                    wake_at = now + timedelta(hours=1) if i % 2 else None
-                    record = _record(args[0], status=args[1], created_at=T0, updated_at=now)
-                    if args[1] is RunStatus.WAITING:
-                        record = attrs.evolve(record, wake_at=wake_at)
-                    await store.update_run(record)
-                elif name == "send":
-                    outcomes.append(await mailbox.send_message(args[0], args[1], str(i), now=now))
-                elif name == "load":
-                    outcomes.append(list(await mailbox.load_messages(args[0], after=args[1])))
-                elif name == "get":
-                    outcomes.append(await store.get_run(args[0]))
-                elif name == "delete":
-                    outcomes.append(await store.delete_run(args[0]))  # type: ignore[attr-defined]
-                elif name == "reopen":
-                    await store.close()
-                    store = reopen_store(store)
-                    await store.open()
-            except tether.TetherError as exc:
-                outcomes.append(type(exc))
-        for run_id in (*RUN_IDS, "x"):
-            mailbox = mailbox_of(store)
-            assert mailbox is not None
-            outcomes.append(list(await mailbox.load_messages(run_id)))
-            outcomes.append(await store.get_run(run_id))
-    finally:
-        await store.close()
+    for run_id in (*RUN_IDS, "x"):
+        mailbox = mailbox_of(store)
+        assert mailbox is not None
+        outcomes.append(list(await mailbox.load_messages(run_id)))
+        outcomes.append(await store.get_run(run_id))
     return outcomes
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
 @given(ops=mailbox_operations)
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@PROPERTY_SETTINGS
 def test_durable_mailboxes_behave_like_the_memory_store(
     kind: str, ops: list[tuple[Any, ...]], tmp_path: Path
 ) -> None:
-    expected = trio.run(_apply, tether.MemoryStore(), ops)
-    assert trio.run(_apply, make_store(kind, tmp_path), ops) == expected
+    expected, got = on_both(_apply, kind, tmp_path, ops)
+    assert got == expected

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,33 +24,25 @@ import trio.testing
 
 import tether
 from tether.stores import Entry, EntryKind, EntryStatus, RunStatus, Store
-from tether.testing import FaultyStore, SimulatedCrash, TrioWallClock
+from tether.testing import FaultyStore, SimulatedCrash
 from tether.testing._clock import hold_clock
 
 from ._cli import cli
-from ._registry import saved_registry
+from ._wall_clock import START, ModuleClock, fresh_test
 from .conftest import reopen_store
-
-START = datetime(2030, 1, 1, tzinfo=UTC)
 
 #: when each attempt of ``flaky`` started, on the engine's clock
 attempts: list[datetime] = []
 #: how many of its first calls fail
 FAILING = {"calls": 3}
-CLOCK: dict[str, TrioWallClock] = {}
+clock = ModuleClock()
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
-    attempts.clear()
     FAILING["calls"] = 3
-    CLOCK["now"] = TrioWallClock(START)
-    with saved_registry():
+    with fresh_test(clock, attempts):
         yield
-
-
-def clock() -> TrioWallClock:
-    return CLOCK["now"]
 
 
 BACKOFF = tether.Retry(attempts=5, initial=60, backoff=2.0, maximum=600, on=(ConnectionError,))
@@ -362,7 +354,7 @@ def test_runs_show_lists_failed_attempts_with_their_errors(tmp_path: Path) -> No
             with pytest.raises(ConnectionError):
                 await engine.run(pay, 1, run_id="f")
 
-    CLOCK["now"] = TrioWallClock(START)
+    clock.reset()
     trio.run(fail, clock=trio.testing.MockClock(autojump_threshold=0))
     r = cli("runs", "show", "f", "--store", f"sqlite:{path}")
     assert r.status == 0, r.err

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -39,30 +39,22 @@ from tether.stores import (
     loads_record,
     mailbox_of,
 )
-from tether.testing import Call, Crash, Do, FaultyStore, SimulatedCrash, TrioWallClock
+from tether.testing import Call, Crash, Do, FaultyStore, SimulatedCrash
 from tether.testing._clock import hold_clock
 
 from ._json_store import JsonStore
-from ._registry import saved_registry
+from ._wall_clock import START, ModuleClock, fresh_test
 from .conftest import reopen_store
-
-START = datetime(2030, 1, 1, tzinfo=UTC)
 
 #: what the workflows' steps saw, in order
 seen: list[Any] = []
-CLOCK: dict[str, TrioWallClock] = {}
+clock = ModuleClock()
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
-    seen.clear()
-    CLOCK["now"] = TrioWallClock(START)
-    with saved_registry():
+    with fresh_test(clock, seen):
         yield
-
-
-def clock() -> TrioWallClock:
-    return CLOCK["now"]
 
 
 @attrs.frozen

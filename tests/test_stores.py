@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tether
@@ -44,6 +44,7 @@ from tether.stores import (
 from tether.testing import CHECKS, StoreConformanceError, Tamperer, check_store
 
 from . import _postgres
+from ._differential import PROPERTY_SETTINGS, apply_ops, on_both
 from ._json_store import JsonStore, json_corrupt
 from .conftest import make_store, reopen_store
 
@@ -984,75 +985,62 @@ async def _apply(store: Store, ops: list[tuple[Any, ...]]) -> list[object]:
 
     appended: dict[str, list[Entry]] = {r: [] for r in RUN_IDS}
     created: dict[str, datetime] = {}
-    outcomes: list[object] = []
-    await store.open()
-    try:
-        for op in ops:
-            name, *args = op
-            try:
-                if name == "create":
-                    now = at()
-                    record = RunRecord(
-                        run_id=args[0], workflow="w", args="[]", created_at=now, updated_at=now
-                    )
-                    await store.create_run(record)
-                    created.setdefault(args[0], now)
-                    outcomes.append(None)
-                elif name == "update":
-                    now = at()
-                    record = RunRecord(
-                        run_id=args[0],
-                        workflow="w",
-                        args="[]",
-                        status=args[1],
-                        created_at=created.get(args[0], now),  # as the engine does
-                        updated_at=now,
-                    )
-                    await store.update_run(record)
-                    outcomes.append(None)
-                elif name == "append":
-                    run_id, n = args
-                    batch = [
-                        Entry(run_id=run_id, key=f"k#{i}", started_at=at(), finished_at=at())
-                        for i in range(n)
-                    ]
-                    stored = list(await store.append(run_id, batch))
-                    appended[run_id] += batch
-                    outcomes.append(stored)
-                elif name == "reappend":
-                    run_id, i = args
-                    if appended[run_id]:
-                        entry = appended[run_id][i % len(appended[run_id])]
-                        outcomes.append(list(await store.append(run_id, [entry])))
-                elif name == "get":
-                    outcomes.append(await store.get_run(args[0]))
-                elif name == "load":
-                    outcomes.append(list(await store.load_entries(args[0])))
-                elif name == "list":
-                    outcomes.append(list(await store.list_runs()))
-                elif name == "reopen":
-                    await store.close()
-                    store = reopen_store(store)
-                    await store.open()
-            except tether.TetherError as exc:
-                outcomes.append(type(exc))
-        for run_id in (*RUN_IDS, "x"):
-            outcomes.append(list(await store.load_entries(run_id)))
-        outcomes.append(list(await store.list_runs()))
-    finally:
-        await store.close()
-    return outcomes
+
+    async def do(store: Store, _: int, name: str, args: list[Any]) -> list[object]:
+        if name == "create":
+            now = at()
+            record = RunRecord(
+                run_id=args[0], workflow="w", args="[]", created_at=now, updated_at=now
+            )
+            await store.create_run(record)
+            created.setdefault(args[0], now)
+            return [None]
+        if name == "update":
+            now = at()
+            record = RunRecord(
+                run_id=args[0],
+                workflow="w",
+                args="[]",
+                status=args[1],
+                created_at=created.get(args[0], now),  # as the engine does
+                updated_at=now,
+            )
+            await store.update_run(record)
+            return [None]
+        if name == "append":
+            run_id, n = args
+            batch = [
+                Entry(run_id=run_id, key=f"k#{i}", started_at=at(), finished_at=at())
+                for i in range(n)
+            ]
+            stored = list(await store.append(run_id, batch))
+            appended[run_id] += batch
+            return [stored]
+        if name == "reappend":
+            run_id, i = args
+            if not appended[run_id]:
+                return []
+            entry = appended[run_id][i % len(appended[run_id])]
+            return [list(await store.append(run_id, [entry]))]
+        if name == "get":
+            return [await store.get_run(args[0])]
+        if name == "load":
+            return [list(await store.load_entries(args[0]))]
+        assert name == "list"
+        return [list(await store.list_runs())]
+
+    async def last(store: Store) -> list[object]:
+        journals = [list(await store.load_entries(r)) for r in (*RUN_IDS, "x")]
+        return [*journals, list(await store.list_runs())]
+
+    return await apply_ops(store, ops, do, last)
 
 
 @durable
 @given(ops=operations)
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@PROPERTY_SETTINGS
 def test_durable_stores_behave_like_the_memory_store(
     kind: str, ops: list[tuple[Any, ...]], tmp_path: Path
 ) -> None:
-    expected = trio.run(_apply, tether.MemoryStore(), ops)
-    assert trio.run(_apply, make_store(kind, tmp_path), ops) == expected
+    expected, got = on_both(_apply, kind, tmp_path, ops)
+    assert got == expected

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,34 +26,27 @@ import trio.testing
 import tether
 from tether.stores import Entry, EntryKind, RunRecord, RunStatus, Store
 from tether.stores._protocol import dumps_record, loads_record
-from tether.testing import FaultyStore, SimulatedCrash, TrioWallClock, explore
+from tether.testing import FaultyStore, SimulatedCrash, explore
 from tether.testing._clock import hold_clock
 from tether.testing._explore import Explorer
 from tether.testing._explore_plan import kinds_at
 
 from ._cli import cli
-from ._registry import saved_registry
+from ._wall_clock import START, ModuleClock, fresh_test
 from .conftest import reopen_store
 
-START = datetime(2030, 1, 1, tzinfo=UTC)
 DAY = 86400.0
 
 #: what the steps saw: (step, the engine clock's reading when it ran)
 seen: list[tuple[str, datetime]] = []
-#: the clock the workflows' steps read (set by each test)
-CLOCK: dict[str, TrioWallClock] = {}
+#: the clock the workflows' steps read (fresh for each test)
+clock = ModuleClock()
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
-    seen.clear()
-    CLOCK["now"] = TrioWallClock(START)
-    with saved_registry():
+    with fresh_test(clock, seen):
         yield
-
-
-def clock() -> TrioWallClock:
-    return CLOCK["now"]
 
 
 @tether.step

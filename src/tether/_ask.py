@@ -81,22 +81,12 @@ async def _response(
     *position* is the ask's among its parent's calls. A checkpoint; see
     :func:`tether.ask`.
     """
-    run.claim(key)
-    if run.replay is not None:
-        run.replay.reach("ask", key, position)  # reached when called, cancelled or not
-    await trio.lowlevel.checkpoint_if_cancelled()
+    entry = await run.reach("ask", key, position)
     what = f"request {key} of run {run.run_id!r}"
     shown = codec.to_primitive(payload, what=f"the payload of {what}")
     payload_digest = digest(dumps(shown))
-    entry = run.journal.get(key)
     if entry is not None:
-        if entry.kind is not EntryKind.RESPONSE:
-            raise run.diverged(
-                "ask",
-                key,
-                position,
-                f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
-            )
+        run.check_kind(entry, EntryKind.RESPONSE, "ask", key, position)
         if entry.args_digest != payload_digest:
             raise run.diverged(
                 "ask",

@@ -247,8 +247,7 @@ def _journaled(
         return run.diverged("child", key, position, detail)
 
     where = f"it was journaled (seq {entry.seq})"
-    if entry.kind is not EntryKind.CHILD:
-        raise diverged(f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key")
+    run.check_kind(entry, EntryKind.CHILD, "child", key, position)
     if entry.args_digest != args_digest:
         raise diverged(f"{where} with other arguments than it is called with now")
     data = _child_of(entry)

@@ -35,7 +35,7 @@ from ._cli_exits import (
     EXIT_TIMED_OUT,
     BadUsage,
 )
-from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_stores import StoreSpec
 from ._cli_text import cli_message, command, json_text
 from ._engine import Engine, open_engine
 from ._errors import (
@@ -340,14 +340,9 @@ def execute_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err:
         store=str(spec),
         timeout=args.timeout,
     )
-    try:
-        # The run to resume is in a store that exists: never create one here.
-        store = spec.open_existing(retry_timeout=None)
-    except Missing as exc:
-        print(
-            f"tether: {exc} (resume needs the store that holds run {args.run_id!r}; "
-            f"name it with --store or ${STORE_ENV})",
-            file=err,
-        )
+    # The run to resume is in a store that exists: never create one here.
+    why = f"resume needs the store that holds run {args.run_id!r}"
+    store = spec.open_existing_or_say(err, why, retry_timeout=None)
+    if store is None:
         return EXIT_FAILED
     return execute(store, plan, out, err)

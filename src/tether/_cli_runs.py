@@ -23,7 +23,7 @@ import trio
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage
 from ._cli_format import print_records, print_run_list, run_json
 from ._cli_show import print_run
-from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_stores import StoreSpec
 from ._cli_text import terminal_width
 from ._engine import open_engine
 from ._errors import RunConflictError, TetherError, UsageError
@@ -258,14 +258,8 @@ def runs(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: TextIO) ->
     Raises:
         BadUsage: an option's value the store refuses (a ``--limit``, a run id).
     """
-    try:
-        store = spec.open_existing()
-    except Missing as exc:
-        print(
-            f"tether: {exc} (the runs commands never create a store; name one with --store "
-            f"or ${STORE_ENV})",
-            file=err,
-        )
+    store = spec.open_existing_or_say(err, "the runs commands never create a store")
+    if store is None:
         return EXIT_FAILED
     named = None if args.store is None else str(spec)
     try:

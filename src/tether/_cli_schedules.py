@@ -23,7 +23,7 @@ import trio
 
 from ._cli_args import import_modules
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage, exit_help
-from ._cli_stores import STORE_ENV, Missing, StoreSpec, store_help
+from ._cli_stores import StoreSpec, store_help
 from ._cli_text import _table, _when
 from ._clock import SystemClock
 from ._engine import open_engine
@@ -104,14 +104,8 @@ def schedules_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, er
         raise BadUsage("name the modules that define the schedules: --import MODULE")
     import_modules(args.imports)
     schedules = module_schedules(args.imports)
-    try:
-        store = spec.open_existing()
-    except Missing as exc:
-        print(
-            f"tether: {exc} (tether schedules never creates a store; name one with --store "
-            f"or ${STORE_ENV})",
-            file=err,
-        )
+    store = spec.open_existing_or_say(err, "tether schedules never creates a store")
+    if store is None:
         return EXIT_FAILED
     try:
         rows = trio.run(_read, store, schedules)

@@ -24,7 +24,7 @@ import trio
 
 from ._cli_args import import_modules, parse_value
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage
-from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_stores import StoreSpec
 from ._cli_text import json_text
 from ._codec import codec, describe
 from ._engine import Engine, open_engine
@@ -143,14 +143,9 @@ def send_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: Te
             workflow the ``--import`` modules do not define. Nothing was stored.
     """
     import_modules(args.imports)
-    try:
-        store = spec.open_existing()
-    except Missing as exc:
-        print(
-            f"tether: {exc} (tether send never creates a store; name the one that holds run "
-            f"{args.run_id!r} with --store or ${STORE_ENV})",
-            file=err,
-        )
+    why = f"tether send never creates a store: it needs the one that holds run {args.run_id!r}"
+    store = spec.open_existing_or_say(err, why)
+    if store is None:
         return EXIT_FAILED
     try:
         value = trio.run(_send, store, args)

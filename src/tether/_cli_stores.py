@@ -9,7 +9,7 @@ which stays in the spec the user typed (or ``$TETHER_STORE``) and in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, final
+from typing import TYPE_CHECKING, Final, Literal, TextIO, final
 
 import attrs
 
@@ -151,3 +151,17 @@ class StoreSpec:
             what = "is not a directory" if self.path.exists() else "does not exist"
             raise Missing(f"the FileStore directory {self.path} {what}")
         return FileStore(self.path)
+
+    def open_existing_or_say(
+        self, err: TextIO, why: str, *, retry_timeout: float | None = READ_RETRY_TIMEOUT
+    ) -> Store | None:
+        """:meth:`open_existing`, or ``None`` once *err* was told why not.
+
+        The message is the missing store, then *why* the command needs an
+        existing one, then how to name it; the command exits with status 1.
+        """
+        try:
+            return self.open_existing(retry_timeout=retry_timeout)
+        except Missing as exc:
+            print(f"tether: {exc} ({why}; name it with --store or ${STORE_ENV})", file=err)
+            return None

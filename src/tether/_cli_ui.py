@@ -23,7 +23,7 @@ import trio
 
 from ._cli_args import import_modules
 from ._cli_exits import BadUsage
-from ._cli_stores import STORE_ENV, Missing, StoreSpec
+from ._cli_stores import StoreSpec
 from ._errors import TetherError
 from .stores import Store
 
@@ -99,15 +99,9 @@ def serve_ui(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: TextIO
     except ImportError:
         print(f"tether: {INSTALL_HINT}", file=err)
         return 1
-    try:
-        # It resumes runs: ride out a database outage as `tether resume` does.
-        store = spec.open_existing(retry_timeout=None)
-    except Missing as exc:
-        print(
-            f"tether: {exc} (tether ui never creates a store; name one with --store or "
-            f"${STORE_ENV})",
-            file=err,
-        )
+    # It resumes runs: ride out a database outage as `tether resume` does.
+    store = spec.open_existing_or_say(err, "tether ui never creates a store", retry_timeout=None)
+    if store is None:
         return 1
     import_modules(args.imports)
     modules = [sys.modules[name] for name in args.imports]

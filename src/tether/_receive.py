@@ -201,11 +201,7 @@ async def receive(name: str, tp: Any, *, key: str | None = None) -> Any:
     run = frame.run
     name = _check_call(run, name, tp)
     key, position = frame.next_call(f"receive.{name}", key)
-    run.claim(key)
-    if run.replay is not None:
-        run.replay.reach("receive", key, position)  # reached when called, cancelled or not
-    await trio.lowlevel.checkpoint_if_cancelled()
-    entry = run.journal.get(key)
+    entry = await run.reach("receive", key, position)
     if entry is not None:
         await trio.lowlevel.cancel_shielded_checkpoint()
         return _replayed(run, entry, name, tp, key, position)
@@ -230,13 +226,7 @@ async def receive(name: str, tp: Any, *, key: str | None = None) -> Any:
 
 def _replayed(run: RunState, entry: Entry, name: str, tp: Any, key: str, position: int) -> Any:
     """The message journaled in *entry* for the receive *key*, once the call matches it."""
-    if entry.kind is not EntryKind.MESSAGE:
-        raise run.diverged(
-            "receive",
-            key,
-            position,
-            f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
-        )
+    run.check_kind(entry, EntryKind.MESSAGE, "receive", key, position)
     seq, journaled, primitive = _journaled(entry, run.run_id)
     if journaled != name:
         raise run.diverged(

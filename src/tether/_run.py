@@ -308,6 +308,32 @@ class RunState:
             )
         self.seen.add(key)
 
+    async def reach(self, call: str, key: str, position: int) -> Entry | None:
+        """The *call* with *key* is made at *position*: claim the key and check the place
+        against the journal (cancelled or not), then a cancel point; the key's journaled entry.
+
+        Raises:
+            UsageError: the key was called already.
+            NonDeterminismError: the journal holds this call elsewhere, or another one here.
+        """
+        self.claim(key)
+        if self.replay is not None:
+            self.replay.reach(call, key, position)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return self.journal.get(key)
+
+    def check_kind(
+        self, entry: Entry, kind: EntryKind, call: str, key: str, position: int | None
+    ) -> None:
+        """Diverge (:meth:`diverged`) unless *entry*, journaled under *key*, is of *kind*."""
+        if entry.kind is not kind:
+            raise self.diverged(
+                call,
+                key,
+                position,
+                f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
+            )
+
     def diverged(self, call: str, key: str, position: int | None, detail: str) -> Exception:
         """The call *key* diverges from the journal: abort this execution; raise what this returns.
 

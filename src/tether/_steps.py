@@ -248,13 +248,7 @@ def _replayed(
     run: RunState, step: Step[..., Any], key: str, position: int, entry: Entry, args_digest: str
 ) -> Any:
     """The result of the step *key* as journaled in *entry*, once the call matches it."""
-    if entry.kind is not EntryKind.STEP:
-        raise run.diverged(
-            "step",
-            key,
-            position,
-            f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
-        )
+    run.check_kind(entry, EntryKind.STEP, "step", key, position)
     if entry.args_digest != args_digest:
         raise run.diverged(
             "step",

@@ -137,13 +137,9 @@ class Stream(Generic[T]):
             )
         self._entered = True
         run = self._run
-        run.claim(self.key)
-        if run.replay is not None:
-            run.replay.reach("stream", self.key, self._position)
         # A cancel point, replayed or not, like a step call.
-        await trio.lowlevel.checkpoint_if_cancelled()
+        entry = await run.reach("stream", self.key, self._position)
         self._digest = digest(codec.encode_args(self._args, {}, what=self._what))
-        entry = run.journal.get(self.key)
         if entry is not None and entry.status is EntryStatus.COMPLETED:
             self._replay = collections.deque(self._decode(entry))
             return self
@@ -152,13 +148,7 @@ class Stream(Generic[T]):
 
     def _decode(self, entry: Entry) -> list[T]:
         run = self._run
-        if entry.kind is not EntryKind.STREAM:
-            raise run.diverged(
-                "stream",
-                self.key,
-                self._position,
-                f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
-            )
+        run.check_kind(entry, EntryKind.STREAM, "stream", self.key, self._position)
         if entry.args_digest != self._digest:
             raise run.diverged(
                 "stream",

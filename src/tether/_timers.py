@@ -27,8 +27,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import trio
-
 from ._codec_json import dumps, loads
 from ._errors import CheckpointCorruptError, CodecError, UsageError
 from ._events import TimerFired, TimerStarted
@@ -94,19 +92,9 @@ async def _timer(api: str, key: str | None, due: Callable[[datetime], datetime])
     frame = current_frame(api)
     run = frame.run
     key, position = frame.next_call("sleep", key)
-    run.claim(key)
-    if run.replay is not None:
-        run.replay.reach("timer", key, position)  # reached when called, cancelled or not
-    await trio.lowlevel.checkpoint_if_cancelled()
-    entry = run.journal.get(key)
+    entry = await run.reach("timer", key, position)
     if entry is not None:
-        if entry.kind is not EntryKind.TIMER:
-            raise run.diverged(
-                "timer",
-                key,
-                position,
-                f"the journal holds a {entry.kind} entry (seq {entry.seq}) under this key",
-            )
+        run.check_kind(entry, EntryKind.TIMER, "timer", key, position)
         when = due_of(entry, run.run_id)
     else:
         now = run.clock.now()

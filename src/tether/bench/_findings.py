@@ -114,41 +114,28 @@ def _overshoot(
             f"up to {_seconds(worst)} after it, in {len(late)} of {len(cancelled)} samples: "
             f"something waited after the deadline while virtual time moved on{where}"
         )
-        return [
-            Finding(
-                severity="bug",
-                code="overshoot",
-                culprit=who,
-                message=message,
-                hint=hint,
-                samples=ids,
+    else:
+        message = (
+            f"{len(late)} of {len(cancelled)} samples overshot the deadline by more than the "
+            f"floor's p99 + tolerance ({_seconds(limit)}), up to {_seconds(worst)}{where}"
+        )
+        if 2 * len(late) <= len(cancelled):
+            message += (
+                "; the median is on time, so this may be the machine (rerun with more --samples)"
             )
-        ]
-    median_late = 2 * len(late) > len(cancelled)
-    message = (
-        f"{len(late)} of {len(cancelled)} samples overshot the deadline by more than the floor's "
-        f"p99 + tolerance ({_seconds(limit)}), up to {_seconds(worst)}{where}"
-    )
-    if median_late:
-        return [
-            Finding(
-                severity="bug",
-                code="overshoot",
-                culprit=who,
-                message=message,
-                hint=hint,
-                samples=ids,
-            )
-        ]
-    message += "; the median is on time, so this may be the machine (rerun with more --samples)"
+            return [
+                Finding(
+                    severity="warning",
+                    code="late-samples",
+                    culprit=who,
+                    message=message,
+                    hint=hint if held else None,
+                    samples=ids,
+                )
+            ]
     return [
         Finding(
-            severity="warning",
-            code="late-samples",
-            culprit=who,
-            message=message,
-            hint=hint if held else None,
-            samples=ids,
+            severity="bug", code="overshoot", culprit=who, message=message, hint=hint, samples=ids
         )
     ]
 

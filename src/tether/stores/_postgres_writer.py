@@ -18,7 +18,6 @@ reads best whole.
 from __future__ import annotations
 
 import collections
-import contextlib
 import queue
 import threading
 import time
@@ -28,6 +27,7 @@ import attrs
 import trio
 
 from .._errors import LeaseLostError, RunNotFoundError, StoreError, TetherError, UsageError
+from ._group_commit import PENDING, WITHDRAWN, drain, hand_back, take_pending
 from ._leases import check_append
 from ._postgres_conn import Connections, _Abandoned, _Call, _psycopg
 from ._postgres_tables import Tables
@@ -35,8 +35,6 @@ from ._protocol import Entry
 from ._rows import Appending, row_data
 
 __all__ = ("Writer",)
-
-_PENDING, _TAKEN, _WITHDRAWN = 0, 1, 2
 
 
 @attrs.define(eq=False)
@@ -46,7 +44,7 @@ class _Job:
     appending: Appending
     token: trio.lowlevel.TrioToken
     done: trio.Event = attrs.field(factory=trio.Event)
-    state: int = _PENDING  # guarded by the connections' lock
+    state: int = PENDING  # guarded by the connections' lock
     result: list[int | Entry] | None = None
     error: BaseException | None = None
 
@@ -125,8 +123,8 @@ class Writer:
             with conns.lock:
                 # Pending: the writer will skip it (not stored). Taken: it may
                 # still commit, which a retry of the same entries finds.
-                job.state = _WITHDRAWN
-                if self.inflight and all(j.state == _WITHDRAWN for j in self.inflight):
+                job.state = WITHDRAWN
+                if self.inflight and all(j.state == WITHDRAWN for j in self.inflight):
                     # Nobody waits for this batch: cut it rather than let a
                     # hung database hold up every append queued behind it.
                     conns.cut_locked(self.call)
@@ -142,25 +140,9 @@ class Writer:
     def _loop(self) -> None:
         stopping = False
         while not stopping:
-            first = self.queue.get()
-            batch: list[_Job] = []
-            if first is None:
-                stopping = True
-            else:
-                batch.append(first)
-            while not stopping:
-                try:
-                    job = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    stopping = True
-                else:
-                    batch.append(job)
+            batch, stopping = drain(self.queue, self.queue.get(), more=True)
             with self._conns.lock:
-                taken = [j for j in batch if j.state == _PENDING]
-                for j in taken:
-                    j.state = _TAKEN
+                taken = take_pending(batch)
                 self.inflight = taken
                 if not self.hard_stop.is_set():
                     self.call.abandoned = False  # a cut batch is over; this one is new
@@ -191,14 +173,7 @@ class Writer:
         self.batches.append(len(jobs))
         with self._conns.lock:
             self.inflight = []
-        by_token: dict[trio.lowlevel.TrioToken, list[_Job]] = {}
-        for job, (result, error) in zip(jobs, results, strict=True):
-            job.result, job.error = result, error
-            by_token.setdefault(job.token, []).append(job)
-        for token, waiters in by_token.items():
-            # RunFinishedError: that Trio run is over, so nobody waits for these.
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(_wake, waiters)
+        hand_back(jobs, results, _wake)
 
     def _batch(self, conn: Any, jobs: list[_Job]) -> list[_Result]:
         """The fast path: a few statements for the whole batch, no duplicate lookups."""

@@ -41,7 +41,6 @@ whole.
 from __future__ import annotations
 
 import collections
-import contextlib
 import queue
 import sqlite3
 import threading
@@ -52,6 +51,7 @@ import attrs
 import trio
 
 from .._errors import TetherError, UsageError
+from ._group_commit import PENDING, WITHDRAWN, drain, hand_back, take_pending
 from ._leases import check_append
 from ._sqlite_conn import Connections
 from ._sqlite_rows import Appending, insert_entries, row_data
@@ -61,7 +61,6 @@ __all__ = ("Writer",)
 
 # How many times jobs queued during a transaction may join it.
 _LATE_ROUNDS = 3
-_PENDING, _TAKEN, _WITHDRAWN = 0, 1, 2
 
 
 @attrs.define(eq=False)
@@ -74,7 +73,7 @@ class _Job:
     urgent: bool = False  # a lease renewal: committed ahead of a batch of other writes
     #: the task waiting for the job (``None`` once its wait ended): touched in its Trio thread
     waiter: trio.lowlevel.Task | None = None
-    state: int = _PENDING  # guarded by the connections' lock
+    state: int = PENDING  # guarded by the connections' lock
     result: Any = None
     error: BaseException | None = None
 
@@ -171,8 +170,8 @@ class Writer:
             # Cancelled: the wait ends now, whatever the writer does with the job.
             job.waiter = None
             with conns.lock:
-                if job.state == _PENDING:
-                    job.state = _WITHDRAWN  # the writer will skip it: not stored
+                if job.state == PENDING:
+                    job.state = WITHDRAWN  # the writer will skip it: not stored
             return trio.lowlevel.Abort.SUCCEEDED
 
         self.queue.put(job)
@@ -191,25 +190,9 @@ class Writer:
         def take(first: _Job | None) -> list[_Job]:
             """Take *first* and, with group commit, every job queued now."""
             nonlocal stopping
-            batch: list[_Job] = []
-            if first is None:
-                stopping = True
-            else:
-                batch.append(first)
-            while self.group_commit and not stopping:
-                try:
-                    job = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    stopping = True
-                else:
-                    batch.append(job)
+            batch, stopping = drain(self.queue, first, more=self.group_commit)
             with self._conns.lock:
-                taken = [j for j in batch if j.state == _PENDING]
-                for j in taken:
-                    j.state = _TAKEN
-            return taken
+                return take_pending(batch)
 
         def take_more() -> list[_Job]:
             """Jobs queued while the transaction is open (none when stopping)."""
@@ -285,15 +268,7 @@ class Writer:
         except Exception as exc:
             results = [(None, exc)] * len(jobs)
         self.batches.append(len(jobs))
-        by_token: dict[trio.lowlevel.TrioToken, list[_Job]] = {}
-        for job, (result, error) in zip(jobs, results, strict=True):
-            job.result, job.error = result, error
-            by_token.setdefault(job.token, []).append(job)
-        for token, waiters in by_token.items():
-            # One callback wakes a Trio run's waiters. When its run is gone,
-            # nobody waits for them.
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(_wake, waiters)
+        hand_back(jobs, results, _wake)
 
     def _run_batch(
         self,
