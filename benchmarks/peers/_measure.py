@@ -1,4 +1,7 @@
-"""How drivers measure: the hung save, the deadline trial, leftovers, memory (see _protocol)."""
+"""How drivers measure: the hung save, the deadline trials and their leftovers, best-of timing.
+
+Memory is measured with ``_memory``; ``_protocol`` re-exports both for the drivers.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ import math
 import random
 import threading
 import time
-import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from _scenarios import CAPPED_TRIALS, HANG_LIMIT, CancelConfig, CancelResult
@@ -30,14 +32,16 @@ class Hang:
     persist, *before* the real write. ``entered`` counts saves that reached the
     hang; ``returned`` counts saves that went on to the real write after being
     released (so, checked before :meth:`release`, a real hang has
-    ``entered >= 1`` and ``returned == 0``: :meth:`held`). Safe from any thread
-    and any event loop; a cancelled wait raises the loop's cancellation and
-    counts as neither returned nor expired.
+    ``entered >= 1`` and ``returned == 0``: :meth:`held`); ``first_entered`` is
+    when the first save reached it, on ``time.monotonic()`` (asyncio's loop
+    clock), or None. Safe from any thread and any event loop; a cancelled wait
+    raises the loop's cancellation and counts as neither returned nor expired.
     """
 
     def __init__(self, limit: float = HANG_LIMIT) -> None:
         self.limit = limit
         self.entered = 0
+        self.first_entered: float | None = None
         self.returned = 0
         self.expired = 0
         self._lock = threading.Lock()
@@ -51,6 +55,8 @@ class Hang:
     def _enter(self, waker: Callable[[], None] | None) -> None:
         with self._lock:
             self.entered += 1
+            if self.first_entered is None:
+                self.first_entered = time.monotonic()
             if waker is not None:
                 self._wakers.append(waker)
 
@@ -132,6 +138,7 @@ class Hang:
 class Trial:
     overshoot: float  #: seconds from the deadline until the call returned to the caller
     outcome: str  #: "cancelled", "returned", or "raised <ExceptionType>"
+    deadline: float  #: the deadline on time.monotonic() (the clock of Hang.first_entered)
 
 
 class ReturnedEarly(RuntimeError):
@@ -141,7 +148,8 @@ class ReturnedEarly(RuntimeError):
 def _check(at: float, t1: float, outcome: str) -> Trial:
     if t1 < at:
         raise ReturnedEarly(f"the call ended ({outcome}) {at - t1:.3f} s before the deadline")
-    return Trial(overshoot=t1 - at, outcome=outcome)
+    # time.monotonic() is asyncio's loop clock, not trio's: now, less the overshoot
+    return Trial(overshoot=t1 - at, outcome=outcome, deadline=time.monotonic() - (t1 - at))
 
 
 async def asyncio_deadline_trial(
@@ -226,20 +234,61 @@ def _idle_trio_worker(thread: threading.Thread) -> bool:
 
 
 class CancelRecorder:
-    """Collects the trials of one cancel scenario (dropping the warm-up ones)."""
+    """Runs and collects the trials of one cancel scenario (dropping the warm-up ones).
+
+    A driver loops over :meth:`trials`, makes the trial's fresh state with its
+    save gated by the trial's :class:`Hang`, and hands the call to
+    :meth:`asyncio_trial` or :meth:`trio_trial`, which run it under the
+    deadline, count what it left running, record it and release the hang; the
+    driver then lets its engine wind down. ``late`` counts the recorded trials
+    whose deadline passed before any save had reached the hang.
+    """
 
     def __init__(self, cfg: CancelConfig) -> None:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self.seen = 0
+        self.late = 0
         self.started = time.perf_counter()
+        self.hang = Hang(cfg.hang_limit)  #: the current trial's (for a hook made once)
         self.result = CancelResult(
             samples=[], hung_saves_ok=True, leftover_tasks=[], leftover_threads=[]
         )
 
-    def trials(self) -> range:
-        """Indices of every trial to run, warm-up included."""
-        return range(self.cfg.warmup + self.cfg.trials)
+    def trials(self) -> Iterator[tuple[int, Hang]]:
+        """Each trial's index and fresh :class:`Hang`, warm-up included, until :meth:`done`."""
+        for i in range(self.cfg.warmup + self.cfg.trials):
+            self.hang = Hang(self.cfg.hang_limit)
+            yield i, self.hang
+            if self.done():
+                return
+
+    async def asyncio_trial(
+        self,
+        call: Callable[[], Awaitable[object]],
+        hang: Hang,
+        before_release: Callable[[], object] | None = None,
+    ) -> Trial:
+        """:func:`asyncio_deadline_trial`, its leftovers recorded, then ``hang.release()``.
+
+        *before_release* is called in between, to note what the engine's saves
+        did while the hang held them.
+        """
+        threads = ThreadCount()
+        trial = await asyncio_deadline_trial(call, self.cfg, self.rng)
+        self.add(trial, hang, tasks=asyncio_leftover_tasks(), threads=threads.leftover())
+        if before_release is not None:
+            before_release()
+        hang.release()
+        return trial
+
+    async def trio_trial(self, call: Callable[[], Awaitable[object]], hang: Hang) -> Trial:
+        """:func:`trio_deadline_trial`, its leftovers recorded, then ``hang.release()``."""
+        tasks, threads = trio_task_count(), ThreadCount()
+        trial = await trio_deadline_trial(call, self.cfg, self.rng)
+        self.add(trial, hang, tasks=trio_task_count() - tasks, threads=threads.leftover())
+        hang.release()
+        return trial
 
     def add(self, trial: Trial, hang: Hang, *, tasks: int, threads: int) -> None:
         """Record one trial; call before ``hang.release()``."""
@@ -249,6 +298,8 @@ class CancelRecorder:
             r.capped += 1
         if self.seen <= self.cfg.warmup:
             return
+        if hang.first_entered is None or hang.first_entered > trial.deadline:
+            self.late += 1
         r.samples.append(trial.overshoot)
         r.outcomes.append(trial.outcome)
         r.hung_saves_ok = r.hung_saves_ok and hang.held()
@@ -268,7 +319,18 @@ class CancelRecorder:
             or self.over_budget()
         )
 
-    def finish(self, notes: str = "") -> CancelResult:
+    def late_note(self, step: str, engine: str) -> str:
+        """The notes' sentence on the ``late`` trials ("" if none): *engine* was still
+        starting its steps (called *step*) when the deadline passed."""
+        if not self.late:
+            return ""
+        return (
+            f"in {self.late} of {len(self.result.samples)} trials the deadline passed before "
+            f"any {step} had reached its save: {engine} was still starting the {step}s"
+        )
+
+    def finish(self, *notes: str) -> CancelResult:
+        """The result, its notes saying why it stopped early (if it did), then *notes*."""
         r = self.result
         if r.capped >= CAPPED_TRIALS and len(r.samples) < self.cfg.trials:
             r.notes = (
@@ -280,27 +342,18 @@ class CancelRecorder:
                 f"stopped after {len(r.samples)} of {self.cfg.trials} trials: the "
                 f"{self.cfg.budget:g} s budget of this width was spent"
             )
-        r.notes = "; ".join(x for x in (r.notes, notes) if x)
+        r.notes = "; ".join(x for x in (r.notes, *notes) if x)
         return r
 
 
-# -- memory ------------------------------------------------------------------------------------
+async def asyncio_settle(limit: float) -> None:
+    """Let the tasks a trial left behind finish (bounded), so the next trial starts clean."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.wait(others, timeout=limit)
 
 
-class MemoryMeter:
-    """tracemalloc's peak above the memory traced when the meter started."""
-
-    def __init__(self) -> None:
-        gc.collect()
-        tracemalloc.start()
-        tracemalloc.reset_peak()
-        self.baseline = tracemalloc.get_traced_memory()[0]
-        self.peak_bytes = -1
-
-    def stop(self) -> int:
-        self.peak_bytes = tracemalloc.get_traced_memory()[1] - self.baseline
-        tracemalloc.stop()
-        return self.peak_bytes
+# -- steps ------------------------------------------------------------------------------------
 
 
 def best_of(repeats: int, run_once: Callable[[], float]) -> float:

@@ -20,7 +20,8 @@ config, calls the scenario and prints one JSON object on the last line of
 stdout (:func:`envelope`), then leaves with ``os._exit`` so that no atexit
 handler or leftover thread of an engine can add output or keep the process
 alive. Each scenario function is synchronous: it calls ``asyncio.run`` or
-``trio.run`` itself. A scenario the engine cannot express raises
+``trio.run`` itself (``engines/_common.py``'s ``asyncio_scenario`` and
+``trio_scenario`` make one of an async function). A scenario the engine cannot express raises
 :class:`Unsupported` with one sentence saying why.
 
 Measurement rules every driver follows (the report relies on them):
@@ -29,18 +30,25 @@ Measurement rules every driver follows (the report relies on them):
 * Times in seconds from the event loop's clock (``loop.time()`` or
   ``trio.current_time()``) for deadlines, as ``benchmarks/cancel_latency.py``
   measures, and ``time.perf_counter()`` for wall times.
-* **cancel**: per trial a fresh database/state, a :class:`Hang` that every
-  checkpoint save of a completed step enters (the driver's module docstring
-  says exactly what was made to hang and why that is the engine's checkpoint
-  save), the call under :func:`asyncio_deadline_trial` or
-  :func:`trio_deadline_trial`, then, *before* ``hang.release()``, the
-  leftovers: :func:`asyncio_leftover_tasks` (or :func:`trio_task_count`
-  difference) and :func:`ThreadCount.leftover`. Record each trial with
-  :meth:`CancelRecorder.add`; stop when :meth:`CancelRecorder.done` says so.
+* **cancel**: per trial (:meth:`CancelRecorder.trials`) a fresh
+  database/state and a :class:`Hang` that every checkpoint save of a completed
+  step enters (the driver's module docstring says exactly what was made to hang
+  and why that is the engine's checkpoint save); the call goes to
+  :meth:`CancelRecorder.asyncio_trial` or :meth:`CancelRecorder.trio_trial`:
+  under :func:`asyncio_deadline_trial` or :func:`trio_deadline_trial`, then,
+  *before* ``hang.release()``, the leftovers: :func:`asyncio_leftover_tasks`
+  (or the :func:`trio_task_count` difference) and :func:`ThreadCount.leftover`.
+  Then the driver lets its engine wind down (:func:`asyncio_settle`, ...).
 * **steps**: ``steps_ran`` counted in the step bodies; ``us_per_step`` is the
   best of ``repeats`` runs' wall time divided by ``n``.
 * **memory**: :class:`MemoryMeter` around starting the runs and waiting until
-  each is parked at its second step; stop the meter before releasing them.
+  each is parked at its second step (:class:`Parking`); stop the meter before
+  releasing them.
+
+``engines/_common.py`` has the scaffolding the engine drivers share (the
+counters their steps keep, the sibling case, best-of runs in one store, the
+timed resume, the time until every save hangs), ``engines/_floor.py`` the
+floors' scenarios, over either loop.
 """
 
 from __future__ import annotations
@@ -60,16 +68,17 @@ from _measure import (
     CancelRecorder,
     Hang,
     HangExpired,
-    MemoryMeter,
     ReturnedEarly,
     ThreadCount,
     Trial,
     asyncio_deadline_trial,
     asyncio_leftover_tasks,
+    asyncio_settle,
     best_of,
     trio_deadline_trial,
     trio_task_count,
 )
+from _memory import LoopEvent, MemoryMeter, Parking
 from _scenarios import (
     BY_NAME,
     CANCEL_BUDGET,
@@ -122,11 +131,13 @@ __all__ = (
     "Hang",
     "HangExpired",
     "JITTER",
+    "LoopEvent",
     "MEMORY_RUNS",
     "MemoryConfig",
     "MemoryMeter",
     "MemoryResult",
     "PARALLEL_N",
+    "Parking",
     "ParallelConfig",
     "ParallelResult",
     "QUICK_CANCEL_TRIALS",
@@ -151,6 +162,7 @@ __all__ = (
     "Unsupported",
     "asyncio_deadline_trial",
     "asyncio_leftover_tasks",
+    "asyncio_settle",
     "best_of",
     "config_from",
     "envelope",

@@ -47,12 +47,10 @@ supersedes, through the storage's public ``delete``: 10,000 snapshots of up to
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -60,7 +58,6 @@ from _protocol import (
     CancelConfig,
     CancelRecorder,
     CancelResult,
-    Hang,
     MemoryConfig,
     MemoryMeter,
     MemoryResult,
@@ -72,9 +69,7 @@ from _protocol import (
     SiblingResult,
     StepsConfig,
     StepsResult,
-    ThreadCount,
-    asyncio_deadline_trial,
-    asyncio_leftover_tasks,
+    asyncio_settle,
     best_of,
     main,
     package_version,
@@ -90,6 +85,17 @@ from agent_framework import (  # noqa: E402 (after the warning filter)
     WorkflowCheckpoint,
     step,
     workflow,
+)
+
+from engines._common import (  # noqa: E402 (after the warning filter)
+    Call,
+    Gate,
+    SiblingCase,
+    SiblingFailure,
+    Tally,
+    all_hung_note,
+    asyncio_scenario,
+    resume_after_failure,
 )
 
 ENGINE = "Microsoft Agent Framework"
@@ -128,7 +134,7 @@ class _DelegatingStorage:
 class _GatedStorage(_DelegatingStorage):
     """Each ``save`` awaits *gate* (the hang, or the slow save) before the real write."""
 
-    def __init__(self, inner: CheckpointStorage, gate: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, inner: CheckpointStorage, gate: Gate) -> None:
         super().__init__(inner)
         self._gate = gate
 
@@ -147,23 +153,14 @@ class _LatestOnlyStorage(_DelegatingStorage):
         return checkpoint_id
 
 
-async def _settle(limit: float) -> None:
-    """Let the tasks a trial left behind finish (bounded), so the next trial starts clean."""
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=limit)
-
-
 # -- the workflows -------------------------------------------------------------------------
 
-ran = 0  # step bodies run (steps, parallel, resume, cancel)
-fail_at_end = False  # resume: the first run raises after its last step
+S = Tally()
 
 
 @step
 async def noop(i: int) -> int:
-    global ran
-    ran += 1
+    S.ran += 1
     return i
 
 
@@ -171,8 +168,7 @@ async def noop(i: int) -> int:
 async def sequence(n: int) -> int:
     for i in range(n):
         await noop(i)
-    if fail_at_end:
-        raise RuntimeError("the run fails after its last step")
+    S.end_of_run()
     return n
 
 
@@ -185,85 +181,38 @@ async def fanout(n: int) -> int:
 # -- 1. cancel -----------------------------------------------------------------------------
 
 
-async def _time_to_hang(width: int) -> float:
-    """Seconds from the run's start until all *width* steps wait in their saves (no deadline)."""
-    hang = Hang(limit=60.0)
-    entered = 0
-    all_in = asyncio.Event()
-
-    async def gate() -> None:
-        nonlocal entered
-        entered += 1
-        if entered == width:
-            all_in.set()
-        await hang.wait_asyncio()
-
+async def _in_memory_fanout(width: int, gate: Gate) -> Call:
     run = fanout.build(checkpoint_storage=_GatedStorage(InMemoryCheckpointStorage(), gate))
-    t0 = time.perf_counter()
-    task = asyncio.ensure_future(run.run(width))
-    async with asyncio.timeout(60.0):  # a driver bug, not a figure
-        await all_in.wait()
-    seconds = time.perf_counter() - t0
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    hang.release()
-    return seconds
+    return partial(run.run, width)
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
+@asyncio_scenario
+async def scenario_cancel(cfg: CancelConfig) -> CancelResult:
     rec = CancelRecorder(cfg)
-    for _ in rec.trials():
+    for _, hang in rec.trials():
         with tempfile.TemporaryDirectory() as directory:
-            hang = Hang(cfg.hang_limit)
             storage = _GatedStorage(FileCheckpointStorage(directory), hang.wait_asyncio)
             run = fanout.build(checkpoint_storage=storage)
-            threads = ThreadCount()
-            trial = await asyncio_deadline_trial(partial(run.run, cfg.width), cfg, rec.rng)
-            rec.add(trial, hang, tasks=asyncio_leftover_tasks(), threads=threads.leftover())
-            hang.release()
-            await _settle(cfg.hang_limit)
-        if rec.done():
-            break
-    ready = await _time_to_hang(cfg.width)
+            await rec.asyncio_trial(partial(run.run, cfg.width), hang)
+            await asyncio_settle(cfg.hang_limit)
     return rec.finish(
-        "CheckpointStorage.save awaits the hang before FileCheckpointStorage.save; "
-        f"without a deadline, all {cfg.width} steps were waiting in their saves "
-        f"{ready:.3f} s after the run started (the deadline is {cfg.deadline:g} s)"
+        "CheckpointStorage.save awaits the hang before FileCheckpointStorage.save",
+        await all_hung_note(cfg, partial(_in_memory_fanout, cfg.width)),
     )
-
-
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return asyncio.run(_cancel(cfg))
 
 
 # -- 2. sibling ----------------------------------------------------------------------------
 
-a_runs = 0
-b_fails = True
-b_raised = False
-a_saving: asyncio.Event | None = None  # set when a checkpoint save begins
-
-
-class SiblingFailure(Exception):
-    """B's planned failure."""
-
 
 @step
 async def sibling_a() -> str:
-    global a_runs
-    a_runs += 1
+    S.sibling.a()
     return "a"
 
 
 @step
 async def sibling_b() -> str:
-    global b_raised
-    if b_fails:
-        assert a_saving is not None
-        await a_saving.wait()  # fail while A's checkpoint save is in flight
-        b_raised = True
-        raise SiblingFailure("B fails while A's save is in flight")
+    await S.sibling.b(S.sibling.patience)  # fails once A's checkpoint save is in flight
     return "b"
 
 
@@ -273,22 +222,17 @@ async def siblings(message: str) -> str:
     return message + a + b
 
 
-async def _sibling(cfg: SiblingConfig) -> SiblingResult:
-    global a_runs, b_fails, b_raised, a_saving
-    a_runs, b_fails, b_raised = 0, True, False
-    a_saving = asyncio.Event()
-
-    async def slow_save() -> None:
-        assert a_saving is not None
-        a_saving.set()
-        await asyncio.sleep(cfg.slow_save)
-
+@asyncio_scenario
+async def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
+    S.sibling = case = SiblingCase(cfg)
     with tempfile.TemporaryDirectory() as directory:
-        storage = _GatedStorage(FileCheckpointStorage(directory), slow_save)
+        storage = _GatedStorage(FileCheckpointStorage(directory), case.slow_save)
         first = siblings.build(checkpoint_storage=storage)
-        with contextlib.suppress(SiblingFailure):
+        try:
             await first.run("run:")
-        b_fails = False
+        except SiblingFailure:
+            case.first_run_failed()
+        case.fixed = True
         latest = await storage.get_latest(workflow_name=first.name)
         again = siblings.build(checkpoint_storage=storage)
         if latest is None:
@@ -297,16 +241,7 @@ async def _sibling(cfg: SiblingConfig) -> SiblingResult:
         else:
             result = await again.run(checkpoint_id=latest.checkpoint_id)
             how = "resumed from the latest checkpoint"
-    return SiblingResult(
-        a_executions=a_runs,
-        b_failed=b_raised,
-        completed=result.get_outputs() == ["run:ab"],
-        notes=how,
-    )
-
-
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    return asyncio.run(_sibling(cfg))
+    return case.result(result.get_outputs() == ["run:ab"], how)
 
 
 # -- 3. steps, 4. parallel -----------------------------------------------------------------
@@ -317,10 +252,9 @@ def _storage(durable: bool, directory: str) -> CheckpointStorage:
 
 
 async def _timed_run(definition: Any, n: int, durable: bool) -> float:
-    global ran
     with tempfile.TemporaryDirectory() as directory:
         run = definition.build(checkpoint_storage=_storage(durable, directory))
-        ran = 0
+        S.ran = 0
         t0 = time.perf_counter()
         await run.run(n)
         return time.perf_counter() - t0
@@ -328,7 +262,7 @@ async def _timed_run(definition: Any, n: int, durable: bool) -> float:
 
 def scenario_steps(cfg: StepsConfig) -> StepsResult:
     best = best_of(cfg.repeats, lambda: asyncio.run(_timed_run(sequence, cfg.n, cfg.durable)))
-    steps_ran = ran
+    steps_ran = S.ran
     # The same run at a tenth of the length shows how the cost per step depends on it.
     short = max(cfg.n // 10, 1)
     short_best = best_of(cfg.repeats, lambda: asyncio.run(_timed_run(sequence, short, cfg.durable)))
@@ -343,53 +277,34 @@ def scenario_steps(cfg: StepsConfig) -> StepsResult:
 def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
     best = best_of(cfg.repeats, lambda: asyncio.run(_timed_run(fanout, cfg.n, True)))
     return ParallelResult(
-        seconds=best, steps_ran=ran, notes="asyncio.gather of @step calls; FileCheckpointStorage"
+        seconds=best, steps_ran=S.ran, notes="asyncio.gather of @step calls; FileCheckpointStorage"
     )
 
 
 # -- 5. resume -----------------------------------------------------------------------------
 
 
-async def _resume(cfg: ResumeConfig) -> ResumeResult:
-    global ran, fail_at_end
+@asyncio_scenario
+async def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
     with tempfile.TemporaryDirectory() as directory:
         storage = _LatestOnlyStorage(FileCheckpointStorage(directory))
         first = sequence.build(checkpoint_storage=storage)
-        fail_at_end, ran = True, 0
-        t0 = time.perf_counter()
-        with contextlib.suppress(RuntimeError):
-            await first.run(cfg.n)
-        first_seconds = time.perf_counter() - t0
-        stored = ran
-        fail_at_end, ran = False, 0
-        t0 = time.perf_counter()
-        latest = await storage.get_latest(workflow_name=first.name)
-        assert latest is not None, "the failed run left no checkpoint"
-        result = await sequence.build(checkpoint_storage=storage).run(
-            checkpoint_id=latest.checkpoint_id
-        )
-        seconds = time.perf_counter() - t0
-    assert result.get_outputs() == [cfg.n], result.get_outputs()
-    return ResumeResult(
-        seconds=seconds,
-        steps_reexecuted=ran,
-        notes=(
-            f"get_latest + run(checkpoint_id=...) on FileCheckpointStorage; the failed run of "
-            f"{stored} steps that stored them took {first_seconds:.1f} s"
-        ),
+
+        async def resume() -> Any:
+            latest = await storage.get_latest(workflow_name=first.name)
+            assert latest is not None, "the failed run left no checkpoint"
+            again = sequence.build(checkpoint_storage=storage)
+            (output,) = (await again.run(checkpoint_id=latest.checkpoint_id)).get_outputs()
+            return output
+
+        r = await resume_after_failure(S, cfg.n, partial(first.run, cfg.n), resume)
+    return r.result(
+        f"get_latest + run(checkpoint_id=...) on FileCheckpointStorage; the failed run of "
+        f"{r.stored} steps that stored them took {r.failed_seconds:.1f} s"
     )
 
 
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    return asyncio.run(_resume(cfg))
-
-
 # -- 6. memory -----------------------------------------------------------------------------
-
-parked = 0
-all_parked: asyncio.Event | None = None
-gate: asyncio.Event | None = None
-parked_target = 0
 
 
 @step
@@ -399,12 +314,7 @@ async def first_step(i: int) -> int:
 
 @step
 async def waiting_step(i: int) -> int:
-    global parked
-    assert gate is not None and all_parked is not None
-    parked += 1
-    if parked == parked_target:
-        all_parked.set()
-    await gate.wait()
+    await S.parking.park()
     return i
 
 
@@ -414,31 +324,22 @@ async def two_steps(i: int) -> int:
     return await waiting_step(i)
 
 
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    global parked, all_parked, gate, parked_target
-    parked, parked_target = 0, cfg.runs
-    all_parked, gate = asyncio.Event(), asyncio.Event()
+@asyncio_scenario
+async def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
+    S.parking.expect(cfg.runs, asyncio.Event)
     meter = MemoryMeter()
     storage = InMemoryCheckpointStorage()
     runs = [
         asyncio.ensure_future(two_steps.build(checkpoint_storage=storage).run(i))
         for i in range(cfg.runs)
     ]
-    await all_parked.wait()
-    meter.stop()
-    started = parked
-    gate.set()
+    await S.parking.measure(meter)
     await asyncio.gather(*runs)
-    return MemoryResult(
-        peak_bytes=meter.peak_bytes,
-        runs_started=started,
+    return S.parking.result(
+        meter,
         notes="one built workflow per run (an instance runs one run at a time); "
         "a shared InMemoryCheckpointStorage",
     )
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return asyncio.run(_memory(cfg))
 
 
 if __name__ == "__main__":

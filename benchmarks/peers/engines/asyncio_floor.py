@@ -8,164 +8,76 @@ coroutine per step (``checkpoint_us``: the same with one
 ``asyncio.sleep(0)`` in it, one trip through the loop); in memory only.
 *parallel*: a TaskGroup of ``n`` tasks each awaiting the no-op. *memory*:
 ``runs`` tasks that await the no-op, then wait on an event. *sibling* and
-*resume* are unsupported: nothing is saved.
+*resume* are unsupported: nothing is saved. The scenarios are
+``engines/_floor.py``'s, shared with the trio floor; this module gives them
+asyncio's primitives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
-from _protocol import (
-    CancelConfig,
-    CancelRecorder,
-    CancelResult,
-    Hang,
-    MemoryConfig,
-    MemoryMeter,
-    MemoryResult,
-    ParallelConfig,
-    ParallelResult,
-    ResumeConfig,
-    ResumeResult,
-    SiblingConfig,
-    SiblingResult,
-    StepsConfig,
-    StepsResult,
-    ThreadCount,
-    Unsupported,
-    asyncio_deadline_trial,
-    asyncio_leftover_tasks,
-    best_of,
-    main,
-)
+from _protocol import CancelRecorder, Hang, Trial, main
+
+from engines._floor import Call, Floor, Loop
 
 ENGINE = "bare asyncio (floor)"
 DISTRIBUTION = None
+
+T = TypeVar("T")
 
 
 def version() -> str:
     return sys.version.split()[0]
 
 
-ran = 0
-
-
-async def noop(i: int) -> int:
-    global ran
-    ran += 1
-    return i + 1
+calls = 0
 
 
 async def noop_sleep0(i: int) -> int:
-    global ran
-    ran += 1
+    global calls
+    calls += 1  # the floor's no-op counts its runs too: the same step, plus the sleep(0)
     await asyncio.sleep(0)
     return i + 1
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
-    rec = CancelRecorder(cfg)
-    loop = asyncio.get_running_loop()
-    hang = Hang(cfg.hang_limit)
+class _Asyncio(Loop):
+    group = "TaskGroup"
+    waiting = "tasks awaiting a future that never completes: no save"
+    yielding = "one asyncio.sleep(0)"
 
-    async def hung() -> None:
-        hang.note_entered()
-        await loop.create_future()  # never completes
+    def run(self, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return asyncio.run(main())
 
-    async def body() -> None:
+    async def fan(
+        self, step: Callable[[int], Coroutine[Any, Any, object]], n: int, then: Call | None = None
+    ) -> None:
         async with asyncio.TaskGroup() as group:
-            for _ in range(cfg.width):
-                group.create_task(hung())
+            for i in range(n):
+                group.create_task(step(i))
+            if then is not None:
+                await then()
 
-    for _ in rec.trials():
-        hang = Hang(cfg.hang_limit)
-        threads = ThreadCount()
-        trial = await asyncio_deadline_trial(body, cfg, rec.rng)
-        rec.add(trial, hang, tasks=asyncio_leftover_tasks(), threads=threads.leftover())
-        hang.release()
-        if rec.done():
-            break
-    return rec.finish("tasks awaiting a future that never completes: no save")
+    def forever(self) -> Awaitable[object]:
+        return asyncio.get_running_loop().create_future()  # never completes
 
+    def event(self) -> asyncio.Event:
+        return asyncio.Event()
 
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return asyncio.run(_cancel(cfg))
+    async def trial(self, rec: CancelRecorder, call: Call, hang: Hang) -> Trial:
+        return await rec.asyncio_trial(call, hang)
 
 
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    raise Unsupported("a bare TaskGroup saves nothing, so there is no checkpoint to lose or resume")
-
-
-async def _sequential(step: Callable[[int], Awaitable[int]], n: int) -> float:
-    global ran
-    ran = 0
-    total = 0
-    t0 = time.perf_counter()
-    for _ in range(n):
-        total = await step(total)
-    return time.perf_counter() - t0
-
-
-def scenario_steps(cfg: StepsConfig) -> StepsResult:
-    if cfg.durable:
-        raise Unsupported("a bare event loop has no durable store")
-    best = best_of(cfg.repeats, lambda: asyncio.run(_sequential(noop, cfg.n)))
-    steps_ran = ran
-    sleep0 = best_of(cfg.repeats, lambda: asyncio.run(_sequential(noop_sleep0, cfg.n)))
-    return StepsResult(
-        us_per_step=best / cfg.n * 1e6,
-        steps_ran=steps_ran,
-        checkpoint_us=sleep0 / cfg.n * 1e6,
-        notes="plain await of a no-op coroutine; checkpoint_us: one asyncio.sleep(0)",
-    )
-
-
-async def _parallel(n: int) -> float:
-    global ran
-    ran = 0
-    t0 = time.perf_counter()
-    async with asyncio.TaskGroup() as group:
-        for i in range(n):
-            group.create_task(noop(i))
-    return time.perf_counter() - t0
-
-
-def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
-    best = best_of(cfg.repeats, lambda: asyncio.run(_parallel(cfg.n)))
-    return ParallelResult(seconds=best, steps_ran=ran, notes="a TaskGroup of n tasks, in memory")
-
-
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    raise Unsupported("a bare TaskGroup keeps no journal to resume from")
-
-
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    parked = 0
-    all_parked, release = asyncio.Event(), asyncio.Event()
-
-    async def two_steps(i: int) -> None:
-        nonlocal parked
-        await noop(i)
-        parked += 1
-        if parked == cfg.runs:
-            all_parked.set()
-        await release.wait()
-
-    meter = MemoryMeter()
-    async with asyncio.TaskGroup() as group:
-        for i in range(cfg.runs):
-            group.create_task(two_steps(i))
-        await all_parked.wait()
-        peak = meter.stop()
-        release.set()
-    return MemoryResult(peak_bytes=peak, runs_started=parked, notes="one task per run")
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return asyncio.run(_memory(cfg))
+_FLOOR = Floor(_Asyncio(), noop_sleep0)
+scenario_cancel = _FLOOR.scenario_cancel
+scenario_sibling = _FLOOR.scenario_sibling
+scenario_steps = _FLOOR.scenario_steps
+scenario_parallel = _FLOOR.scenario_parallel
+scenario_resume = _FLOOR.scenario_resume
+scenario_memory = _FLOOR.scenario_memory
 
 
 if __name__ == "__main__":

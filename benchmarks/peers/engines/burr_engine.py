@@ -53,7 +53,6 @@ failed run returned.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -68,7 +67,6 @@ from _protocol import (
     CancelConfig,
     CancelRecorder,
     CancelResult,
-    Hang,
     MemoryConfig,
     MemoryMeter,
     MemoryResult,
@@ -80,9 +78,7 @@ from _protocol import (
     SiblingResult,
     StepsConfig,
     StepsResult,
-    ThreadCount,
-    asyncio_deadline_trial,
-    asyncio_leftover_tasks,
+    asyncio_settle,
     best_of,
     main,
     package_version,
@@ -104,6 +100,17 @@ from burr.core.persistence import (
 )
 from burr.integrations.persisters.b_aiosqlite import AsyncSQLitePersister
 
+from engines._common import (
+    Call,
+    Gate,
+    SiblingCase,
+    SiblingFailure,
+    Tally,
+    all_hung_note,
+    asyncio_scenario,
+    resume_after_failure,
+)
+
 ENGINE = "Burr"
 DISTRIBUTION = "apache-burr"
 
@@ -119,7 +126,7 @@ def version() -> str:
 class _GatedPersister(AsyncBaseStatePersister):
     """Each ``save`` awaits *gate* (the hang, or the slow save) before the real write."""
 
-    def __init__(self, inner: AsyncBaseStatePersister, gate: Callable[[], Awaitable[None]]):
+    def __init__(self, inner: AsyncBaseStatePersister, gate: Gate):
         self._inner = inner
         self._gate = gate
         self.entered: list[str] = []  #: "position status" of each save that began
@@ -170,37 +177,26 @@ async def _close(persister: AsyncBaseStatePersister) -> None:
         await persister.cleanup()
 
 
-async def _settle(limit: float) -> None:
-    """Let the tasks a trial left behind finish (bounded), so the next trial starts clean."""
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=limit)
-
-
 # -- the actions ---------------------------------------------------------------------------
 
-ran = 0  # step bodies run (steps, parallel, resume, cancel)
-fail_at_end = False  # resume: the first run's last action raises
+S = Tally()
 
 
 @action(reads=["count"], writes=["count"])
 async def work(state: State[Any]) -> State[Any]:
-    global ran
-    ran += 1
+    S.ran += 1
     return state.update(count=state["count"] + 1)
 
 
 @action(reads=[], writes=[])
 async def finish(state: State[Any]) -> State[Any]:
-    if fail_at_end:
-        raise RuntimeError("the run fails after its last step")
+    S.end_of_run()  # the first run of the resume scenario fails here
     return state
 
 
 @action(reads=["i"], writes=["out"])
 async def work_once(state: State[Any]) -> State[Any]:
-    global ran
-    ran += 1
+    S.ran += 1
     return state.update(out=state["i"])
 
 
@@ -266,92 +262,50 @@ def _tally(saves: list[str]) -> str:
     return ", ".join(f"{count} x {what}" for what, count in Counter(saves).items())
 
 
-async def _time_to_hang(width: int) -> float:
-    """Seconds from the run's start until all *width* steps wait in their saves (no deadline)."""
-    hang = Hang(limit=60.0)
-    entered = 0
-    all_in = asyncio.Event()
-
-    async def gate() -> None:
-        nonlocal entered
-        entered += 1
-        if entered == width:
-            all_in.set()
-        await hang.wait_asyncio()
-
+async def _in_memory_fanout(width: int, gate: Gate) -> Call:
     app = await _fanout_app(width, _GatedPersister(AsyncInMemoryPersister(), gate))
-    t0 = time.perf_counter()
-    task = asyncio.create_task(app.arun(halt_after=["fanout"]))
-    async with asyncio.timeout(60.0):  # a driver bug, not a figure
-        await all_in.wait()
-    seconds = time.perf_counter() - t0
-    task.cancel()
-    hang.release()  # before awaiting: the parent's save on the way out would wait in it
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    return seconds
+    return partial(app.arun, halt_after=["fanout"])
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
+@asyncio_scenario
+async def scenario_cancel(cfg: CancelConfig) -> CancelResult:
     rec = CancelRecorder(cfg)
     tallies: set[str] = set()
-    for _ in rec.trials():
+    for _, hang in rec.trials():
         with tempfile.TemporaryDirectory() as directory:
             sqlite = await _sqlite(directory)
-            hang = Hang(cfg.hang_limit)
             persister = _GatedPersister(sqlite, hang.wait_asyncio)
             app = await _fanout_app(cfg.width, persister)
-            threads = ThreadCount()
-            trial = await asyncio_deadline_trial(
-                partial(app.arun, halt_after=["fanout"]), cfg, rec.rng
+            await rec.asyncio_trial(
+                partial(app.arun, halt_after=["fanout"]),
+                hang,
+                before_release=partial(_note_saves, tallies, persister),
             )
-            rec.add(trial, hang, tasks=asyncio_leftover_tasks(), threads=threads.leftover())
-            tallies.add(_tally(persister.entered))
-            hang.release()
-            await _settle(cfg.hang_limit)
+            await asyncio_settle(cfg.hang_limit)
             await sqlite.cleanup()
-        if rec.done():
-            break
-    ready = await _time_to_hang(cfg.width)
     return rec.finish(
         "AsyncBaseStatePersister.save awaits the hang before AsyncSQLitePersister.save; "
-        f"saves entered per trial (action, status): {' | '.join(sorted(tallies))}; "
-        f"without a deadline, all {cfg.width} steps were waiting in their saves "
-        f"{ready:.3f} s after the run started (the deadline is {cfg.deadline:g} s)"
+        f"saves entered per trial (action, status): {' | '.join(sorted(tallies))}",
+        await all_hung_note(cfg, partial(_in_memory_fanout, cfg.width)),
     )
 
 
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return asyncio.run(_cancel(cfg))
+def _note_saves(tallies: set[str], persister: _GatedPersister) -> None:
+    tallies.add(_tally(persister.entered))
 
 
 # -- 2. sibling ----------------------------------------------------------------------------
 
-a_runs = 0
-b_fails = True
-b_raised = False
-a_saving: asyncio.Event | None = None  # set when a save begins
-
-
-class SiblingFailure(Exception):
-    """B's planned failure."""
-
 
 @action(reads=[], writes=["a"])
 async def sibling_a(state: State[Any]) -> State[Any]:
-    global a_runs
-    a_runs += 1
+    S.sibling.a()
     return state.update(a="a")
 
 
 @action(reads=[], writes=["b"])
 async def sibling_b(state: State[Any]) -> State[Any]:
-    global b_raised
-    if b_fails:
-        assert a_saving is not None
-        await a_saving.wait()  # fail while A's save is in flight
-        b_raised = True
-        raise SiblingFailure("B fails while A's save is in flight")
+    await S.sibling.b(S.sibling.patience)  # fails once A's save is in flight
     return state.update(b="b")
 
 
@@ -405,87 +359,67 @@ async def _siblings_app(persister: AsyncBaseStatePersister) -> Any:
     )
 
 
-async def _sibling(cfg: SiblingConfig) -> SiblingResult:
-    global a_runs, b_fails, b_raised, a_saving
-    a_runs, b_fails, b_raised = 0, True, False
-    a_saving = asyncio.Event()
-
-    async def slow_save() -> None:
-        assert a_saving is not None
-        a_saving.set()
-        await asyncio.sleep(cfg.slow_save)
-
+@asyncio_scenario
+async def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
+    S.sibling = case = SiblingCase(cfg)
     with tempfile.TemporaryDirectory() as directory:
         sqlite = await _sqlite(directory)
-        persister = _GatedPersister(sqlite, slow_save)
-        with contextlib.suppress(SiblingFailure):
+        persister = _GatedPersister(sqlite, case.slow_save)
+        try:
             await (await _siblings_app(persister)).arun(halt_after=["siblings"])
+        except SiblingFailure:
+            case.first_run_failed()
         landed = _tally(persister.landed)
-        b_fails = False
+        case.fixed = True
         _, _, state = await (await _siblings_app(persister)).arun(halt_after=["siblings"])
-        await _settle(cfg.slow_save * 10)
+        await asyncio_settle(cfg.slow_save * 10)
         await sqlite.cleanup()
-    return SiblingResult(
-        a_executions=a_runs,
-        b_failed=b_raised,
-        completed=state["out"] == "ab",
-        notes=(
+    return case.result(
+        state["out"] == "ab",
+        (
             "re-run: same app_id, initialize_from(resume_at_next_action=True); saves landed "
             f"when the failed run returned (action, status): {landed or 'none'}"
         ),
     )
 
 
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    return asyncio.run(_sibling(cfg))
-
-
 # -- 3. steps, 4. parallel -----------------------------------------------------------------
 
 
-async def _steps_once(cfg: StepsConfig) -> float:
-    global ran
+async def _timed_once(
+    build: Callable[[AsyncBaseStatePersister], Awaitable[Any]], durable: bool, **halt: list[str]
+) -> float:
+    """Seconds of one ``arun(**halt)`` of the application *build* makes on a fresh store."""
     with tempfile.TemporaryDirectory() as directory:
-        persister = await _persister(cfg.durable, directory)
-        app = await (
-            _sequence(cfg.n)
-            .with_state(count=0)
-            .with_entrypoint("work")
-            .with_state_persister(persister)
-            .abuild()
-        )
-        ran = 0
+        persister = await _persister(durable, directory)
+        app = await build(persister)
+        S.ran = 0
         t0 = time.perf_counter()
-        await app.arun(halt_before=["finish"])
+        await app.arun(**halt)
         seconds = time.perf_counter() - t0
         await _close(persister)
     return seconds
 
 
+async def _sequence_app(n: int, persister: AsyncBaseStatePersister) -> Any:
+    return await (
+        _sequence(n).with_state(count=0).with_entrypoint("work").with_state_persister(persister)
+    ).abuild()
+
+
 def scenario_steps(cfg: StepsConfig) -> StepsResult:
-    best = best_of(cfg.repeats, lambda: asyncio.run(_steps_once(cfg)))
+    once = partial(_timed_once, partial(_sequence_app, cfg.n), cfg.durable, halt_before=["finish"])
+    best = best_of(cfg.repeats, lambda: asyncio.run(once()))
     store = "AsyncSQLitePersister" if cfg.durable else "AsyncInMemoryPersister"
-    return StepsResult(us_per_step=best / cfg.n * 1e6, steps_ran=ran, notes=store)
-
-
-async def _parallel_once(cfg: ParallelConfig) -> float:
-    global ran
-    with tempfile.TemporaryDirectory() as directory:
-        persister = await _sqlite(directory)
-        app = await _fanout_app(cfg.n, persister)
-        ran = 0
-        t0 = time.perf_counter()
-        await app.arun(halt_after=["fanout"])
-        seconds = time.perf_counter() - t0
-        await persister.cleanup()
-    return seconds
+    return StepsResult(us_per_step=best / cfg.n * 1e6, steps_ran=S.ran, notes=store)
 
 
 def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
-    best = best_of(cfg.repeats, lambda: asyncio.run(_parallel_once(cfg)))
+    once = partial(_timed_once, partial(_fanout_app, cfg.n), True, halt_after=["fanout"])
+    best = best_of(cfg.repeats, lambda: asyncio.run(once()))
     return ParallelResult(
         seconds=best,
-        steps_ran=ran,
+        steps_ran=S.ran,
         notes="a MapStates action: one sub-application per step; AsyncSQLitePersister",
     )
 
@@ -508,43 +442,28 @@ async def _resumable(n: int, persister: AsyncBaseStatePersister) -> Any:
     )
 
 
-async def _resume(cfg: ResumeConfig) -> ResumeResult:
-    global ran, fail_at_end
+async def _run_resumable(n: int, persister: AsyncBaseStatePersister) -> int:
+    """Build the application anew (resuming what *persister* holds), run it; its count."""
+    _, _, state = await (await _resumable(n, persister)).arun(halt_after=["finish"])
+    count: int = state["count"]
+    return count
+
+
+@asyncio_scenario
+async def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
     with tempfile.TemporaryDirectory() as directory:
         persister = await _sqlite(directory)
-        fail_at_end, ran = True, 0
-        t0 = time.perf_counter()
-        with contextlib.suppress(RuntimeError):
-            await (await _resumable(cfg.n, persister)).arun(halt_after=["finish"])
-        first_seconds = time.perf_counter() - t0
-        stored = ran
-        fail_at_end, ran = False, 0
-        t0 = time.perf_counter()
-        _, _, state = await (await _resumable(cfg.n, persister)).arun(halt_after=["finish"])
-        seconds = time.perf_counter() - t0
+        run = partial(_run_resumable, cfg.n, persister)
+        r = await resume_after_failure(S, cfg.n, run, run)
         await persister.cleanup()
-    assert state["count"] == cfg.n, state["count"]
-    return ResumeResult(
-        seconds=seconds,
-        steps_reexecuted=ran,
-        notes=(
-            "a new application, same app_id, initialize_from(resume_at_next_action=True): "
-            "it loads the last saved state and runs the failed action again; the failed run "
-            f"of {stored} steps took {first_seconds:.1f} s"
-        ),
+    return r.result(
+        "a new application, same app_id, initialize_from(resume_at_next_action=True): "
+        "it loads the last saved state and runs the failed action again; the failed run "
+        f"of {r.stored} steps took {r.failed_seconds:.1f} s"
     )
 
 
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    return asyncio.run(_resume(cfg))
-
-
 # -- 6. memory -----------------------------------------------------------------------------
-
-parked = 0
-parked_target = 0
-all_parked: asyncio.Event | None = None
-gate: asyncio.Event | None = None
 
 
 @action(reads=[], writes=["first"])
@@ -554,12 +473,7 @@ async def first_step(state: State[Any]) -> State[Any]:
 
 @action(reads=[], writes=["second"])
 async def waiting_step(state: State[Any]) -> State[Any]:
-    global parked
-    assert gate is not None and all_parked is not None
-    parked += 1
-    if parked == parked_target:
-        all_parked.set()
-    await gate.wait()
+    await S.parking.park()
     return state.update(second=True)
 
 
@@ -577,27 +491,15 @@ async def _two_steps(i: int, persister: AsyncBaseStatePersister) -> None:
     await app.arun(halt_after=["second"])
 
 
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    global parked, parked_target, all_parked, gate
-    parked, parked_target = 0, cfg.runs
-    all_parked, gate = asyncio.Event(), asyncio.Event()
+@asyncio_scenario
+async def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
+    S.parking.expect(cfg.runs, asyncio.Event)
     meter = MemoryMeter()
     persister = AsyncInMemoryPersister()
     runs = [asyncio.create_task(_two_steps(i, persister)) for i in range(cfg.runs)]
-    await all_parked.wait()
-    meter.stop()
-    started = parked
-    gate.set()
+    await S.parking.measure(meter)
     await asyncio.gather(*runs)
-    return MemoryResult(
-        peak_bytes=meter.peak_bytes,
-        runs_started=started,
-        notes="one application per run; a shared AsyncInMemoryPersister",
-    )
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return asyncio.run(_memory(cfg))
+    return S.parking.result(meter, notes="one application per run; a shared AsyncInMemoryPersister")
 
 
 if __name__ == "__main__":

@@ -66,9 +66,7 @@ time is from the fork call until its result.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -76,6 +74,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from _protocol import (
@@ -94,14 +93,21 @@ from _protocol import (
     SiblingResult,
     StepsConfig,
     StepsResult,
-    ThreadCount,
     Unsupported,
-    asyncio_deadline_trial,
-    asyncio_leftover_tasks,
     main,
     package_version,
 )
 from dbos import DBOS, SetWorkflowID
+
+from engines._common import (
+    Runner,
+    SiblingCase,
+    SiblingFailure,
+    Tally,
+    asyncio_scenario,
+    best_run,
+    resume_after_failure,
+)
 
 ENGINE = "DBOS"
 DISTRIBUTION = "dbos"
@@ -123,22 +129,7 @@ def _quiet() -> None:
     logging.getLogger("dbos").setLevel(logging.CRITICAL)
 
 
-class _State:
-    """What the steps count and wait on (reset by each scenario)."""
-
-    ran = 0
-    a_ran = 0
-    b_ran = 0
-    b_fixed = False
-    fail_at_end = False
-    a_save_began: asyncio.Event | None = None
-    parked = 0
-    target = 0
-    all_parked: asyncio.Event | None = None
-    release: asyncio.Event | None = None
-
-
-S = _State()
+S = Tally()
 
 
 @DBOS.step(name="noop")
@@ -152,6 +143,7 @@ async def sequential(n: int) -> int:
     total = 0
     for _ in range(n):
         total = await noop(total)
+    S.end_of_run()  # the first run of scenario 5 fails here
     return total
 
 
@@ -162,29 +154,15 @@ async def fanout(n: int) -> int:
     return n
 
 
-@DBOS.workflow(name="peers.sequential_then_fail")
-async def sequential_then_fail(n: int) -> int:
-    total = 0
-    for _ in range(n):
-        total = await noop(total)
-    if S.fail_at_end:
-        raise RuntimeError("failing at the end, to be re-run")
-    return total
-
-
 @DBOS.step(name="sibling_a")
 async def sibling_a() -> int:
-    S.a_ran += 1
+    S.sibling.a()
     return 1
 
 
 @DBOS.step(name="sibling_b")
 async def sibling_b(wait: float) -> int:
-    S.b_ran += 1
-    if not S.b_fixed:
-        assert S.a_save_began is not None
-        await asyncio.wait_for(S.a_save_began.wait(), wait)  # A's save is in flight now
-        raise RuntimeError("B fails")
+    await S.sibling.b(wait)  # fails once A's save is in flight
     return 2
 
 
@@ -198,11 +176,7 @@ async def sibling(wait: float) -> int:
 
 @DBOS.step(name="park")
 async def park(i: int) -> int:
-    S.parked += 1
-    if S.parked == S.target and S.all_parked is not None:
-        S.all_parked.set()
-    assert S.release is not None
-    await S.release.wait()
+    await S.parking.park()
     return i
 
 
@@ -222,14 +196,11 @@ class Saves:
 
     def __init__(self) -> None:
         self.in_flight = 0  #: saves that entered the gate and have not finished the write
-        self.first_entry: float | None = None  #: time.monotonic() (asyncio's clock) of the first
         self._lock = threading.Lock()
 
     def enter(self) -> None:
         with self._lock:
             self.in_flight += 1
-            if self.first_entry is None:
-                self.first_entry = time.monotonic()
 
     def leave(self) -> None:
         with self._lock:
@@ -310,187 +281,117 @@ async def _fork(workflow_id: str, start_step: int) -> Any:
 # -- 1. cancel ------------------------------------------------------------------------------
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
+def _hang_noop(hang: Hang, step: str) -> None:
+    if step == "noop":
+        hang.wait_sync()
+
+
+@asyncio_scenario
+async def scenario_cancel(cfg: CancelConfig) -> CancelResult:
     rec = CancelRecorder(cfg)
-    hang = Hang(cfg.hang_limit)
-
-    def gate(step: str) -> None:
-        if step == "noop":
-            hang.wait_sync()
-
-    late = 0  # trials whose deadline passed before any step's save had begun
-    for i in rec.trials():
-        hang = Hang(cfg.hang_limit)
-        async with launched(gate, listener_poll=LISTENER_POLL) as saves:
-            threads = ThreadCount()
-
-            async def call(i: int = i) -> None:
-                with SetWorkflowID(f"cancel-{i}"):
-                    await fanout(cfg.width)
-
-            trial = await asyncio_deadline_trial(call, cfg, rec.rng)
-            deadline = time.monotonic() - trial.overshoot  # asyncio's clock is time.monotonic
-            rec.add(trial, hang, tasks=asyncio_leftover_tasks(), threads=threads.leftover())
-            if rec.seen > cfg.warmup and (saves.first_entry or math.inf) > deadline:
-                late += 1
-            hang.release()
+    for i, hang in rec.trials():
+        async with launched(partial(_hang_noop, hang), listener_poll=LISTENER_POLL) as saves:
+            await rec.asyncio_trial(partial(_named, f"cancel-{i}", fanout, cfg.width), hang)
             await saves.drained(cfg.hang_limit)
-        if rec.done():
-            break
-    notes = [
+    return rec.finish(
         "SQLite system database; the hang is in SystemDatabase.record_operation_result, "
         "run in DBOS's worker threads; a fresh DBOS instance and database per trial "
         f"(its notification listener polling every {LISTENER_POLL:g} s, so that "
-        "DBOS.destroy between trials takes that long, not 1 s)"
-    ]
-    if late:
-        notes.append(
-            f"in {late} of {len(rec.result.samples)} trials the deadline passed before any "
-            "step had reached its save: DBOS was still starting the steps"
-        )
-    return rec.finish("; ".join(notes))
-
-
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return asyncio.run(_cancel(cfg))
+        "DBOS.destroy between trials takes that long, not 1 s)",
+        rec.late_note("step", "DBOS"),
+    )
 
 
 # -- 2. sibling -----------------------------------------------------------------------------
 
 
-async def _sibling(cfg: SiblingConfig) -> SiblingResult:
-    S.a_ran, S.b_ran, S.b_fixed = 0, 0, False
-    S.a_save_began = began = asyncio.Event()
+@asyncio_scenario
+async def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
+    S.sibling = case = SiblingCase(cfg)
     loop = asyncio.get_running_loop()
-    slowed = threading.Event()  # only the failed run's save of A is slow
 
     def gate(step: str) -> None:
-        if step == "sibling_a" and not slowed.is_set():
-            slowed.set()
-            loop.call_soon_threadsafe(began.set)
-            time.sleep(cfg.slow_save)
+        if step == "sibling_a":
+            case.slow_save_in_thread(loop)  # only the failed run's save of A is slow
 
-    b_failed = completed = False
     async with launched(gate, queue=True):
         try:
-            with SetWorkflowID("sibling"):
-                await sibling(max(1.0, 10 * cfg.slow_save))
-        except RuntimeError:
-            b_failed = S.b_ran == 1
+            await _named("sibling", sibling, case.patience)
+        except SiblingFailure:
+            case.first_run_failed()
         steps = await DBOS.list_workflow_steps_async("sibling")
         landed_first = any(s["function_name"] == "sibling_a" for s in steps)
         b_step = next(s["function_id"] for s in steps if s["function_name"] == "sibling_b")
-        S.b_fixed = True
+        case.fixed = True
         completed = await _fork("sibling", b_step) == 3
-    notes = (
-        f"re-run as a fork at B's step (step {b_step}); A's save had "
-        + ("" if landed_first else "not ")
-        + "landed when the failed run returned"
+    return case.result(
+        completed, f"re-run as a fork at B's step (step {b_step}); {case.landed(landed_first)}"
     )
-    return SiblingResult(a_executions=S.a_ran, b_failed=b_failed, completed=completed, notes=notes)
-
-
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    return asyncio.run(_sibling(cfg))
 
 
 # -- 3. steps and 4. parallel ---------------------------------------------------------------
 
 
-async def _timed_runs(wf: Any, n: int, repeats: int) -> tuple[float, int]:
-    """Best wall time of *repeats* runs of ``wf(n)`` (after a warm-up run), and steps run."""
-    best, ran = float("inf"), 0
-    async with launched():
-        with SetWorkflowID("warm-up"):
-            await wf(min(n, 200))
-        for i in range(repeats):
-            S.ran = 0
-            t0 = time.perf_counter()
-            with SetWorkflowID(f"run-{i}"):
-                await wf(n)
-            best = min(best, time.perf_counter() - t0)
-            ran = S.ran
-    return best, ran
+def _runner(wf: Any) -> Runner:
+    """``best_run``'s ``run(n, run_id)``: ``wf(n)`` under that workflow id."""
+    return lambda n, run_id: _named(run_id, wf, n)
 
 
-def scenario_steps(cfg: StepsConfig) -> StepsResult:
+@asyncio_scenario
+async def scenario_steps(cfg: StepsConfig) -> StepsResult:
     if not cfg.durable:
         raise Unsupported("DBOS has no in-memory mode: every step is checkpointed to its database")
-    best, ran = asyncio.run(_timed_runs(sequential, cfg.n, cfg.repeats))
-    return StepsResult(
-        us_per_step=best / cfg.n * 1e6,
-        steps_ran=ran,
-        notes=f"SQLite system database; best of {cfg.repeats} runs, the run's fixed cost included",
-    )
+    async with launched():
+        best = await best_run(S, cfg.n, cfg.repeats, _runner(sequential))
+    return best.steps(cfg, "SQLite system database")
 
 
-def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
-    best, ran = asyncio.run(_timed_runs(fanout, cfg.n, cfg.repeats))
-    return ParallelResult(
-        seconds=best,
-        steps_ran=ran,
-        notes="SQLite system database; asyncio.create_task per step, then asyncio.gather",
+@asyncio_scenario
+async def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
+    async with launched():
+        best = await best_run(S, cfg.n, cfg.repeats, _runner(fanout))
+    return best.parallel(
+        "SQLite system database; asyncio.create_task per step, then asyncio.gather"
     )
 
 
 # -- 5. resume ------------------------------------------------------------------------------
 
 
-async def _resume(cfg: ResumeConfig) -> ResumeResult:
+@asyncio_scenario
+async def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
     async with launched(queue=True):
         # A first fork, untimed: DBOS starts the queue's worker thread on its first poll.
-        with SetWorkflowID("warm-up"):
-            await sequential(1)
+        await _named("warm-up", sequential, 1)
         await _fork("warm-up", 2)
-        S.fail_at_end = True
-        with contextlib.suppress(RuntimeError), SetWorkflowID("long"):
-            await sequential_then_fail(cfg.n)
-        S.fail_at_end, S.ran = False, 0
-        t0 = time.perf_counter()
-        result = await _fork("long", cfg.n + 1)
-        seconds = time.perf_counter() - t0
-    if result != cfg.n:
-        raise RuntimeError(f"the re-run returned {result}, not {cfg.n}")
-    return ResumeResult(
-        seconds=seconds,
-        steps_reexecuted=S.ran,
-        notes=(
-            f"SQLite system database; the failed run forked at step {cfg.n + 1} (a new id), "
-            f"dispatched by a queue polling every {QUEUE_POLL * 1000:g} ms"
-        ),
+        r = await resume_after_failure(
+            S,
+            cfg.n,
+            partial(_named, "long", sequential, cfg.n),
+            partial(_fork, "long", cfg.n + 1),
+        )
+    return r.result(
+        f"SQLite system database; the failed run forked at step {cfg.n + 1} (a new id), "
+        f"dispatched by a queue polling every {QUEUE_POLL * 1000:g} ms"
     )
-
-
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    return asyncio.run(_resume(cfg))
 
 
 # -- 6. memory ------------------------------------------------------------------------------
 
 
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    S.parked, S.target = 0, cfg.runs
-    S.all_parked, S.release = asyncio.Event(), asyncio.Event()
+@asyncio_scenario
+async def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
+    S.parking.expect(cfg.runs, asyncio.Event)
     async with launched():
-        with SetWorkflowID("warm-up"):
-            await sequential(1)  # first-use caches, outside the peak
+        await _named("warm-up", sequential, 1)  # first-use caches, outside the peak
         meter = MemoryMeter()
         async with asyncio.TaskGroup() as group:
             for i in range(cfg.runs):
                 group.create_task(_named(f"run-{i}", two_steps, i))
-            await S.all_parked.wait()
-            peak = meter.stop()
-            started = S.parked
-            S.release.set()
-    return MemoryResult(
-        peak_bytes=peak,
-        runs_started=started,
-        notes="SQLite system database (DBOS has no in-memory mode); one task per run",
+            await S.parking.measure(meter)
+    return S.parking.result(
+        meter, notes="SQLite system database (DBOS has no in-memory mode); one task per run"
     )
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return asyncio.run(_memory(cfg))
 
 
 if __name__ == "__main__":

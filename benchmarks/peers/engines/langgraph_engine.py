@@ -52,19 +52,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import sys
 import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any
 
 from _protocol import (
     CancelConfig,
     CancelRecorder,
     CancelResult,
-    Hang,
     MemoryConfig,
     MemoryMeter,
     MemoryResult,
@@ -76,9 +74,7 @@ from _protocol import (
     SiblingResult,
     StepsConfig,
     StepsResult,
-    ThreadCount,
-    asyncio_deadline_trial,
-    asyncio_leftover_tasks,
+    asyncio_settle,
     main,
     package_version,
 )
@@ -87,6 +83,17 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
+
+from engines._common import (
+    Gate,
+    Runner,
+    SiblingCase,
+    SiblingFailure,
+    Tally,
+    asyncio_scenario,
+    best_run,
+    resume_after_failure,
+)
 
 ENGINE = "LangGraph"
 DISTRIBUTION = "langgraph"
@@ -101,22 +108,7 @@ def version() -> str:
     return package_version(DISTRIBUTION)
 
 
-class _State:
-    """What the steps count and wait on (reset by each scenario)."""
-
-    ran = 0
-    a_ran = 0
-    b_ran = 0
-    b_fixed = False
-    fail_at_end = False
-    a_save_began: asyncio.Event | None = None
-    parked = 0
-    target = 0
-    all_parked: asyncio.Event | None = None
-    release: asyncio.Event | None = None
-
-
-S = _State()
+S = Tally()
 
 
 @task
@@ -127,27 +119,19 @@ async def noop(i: int) -> int:
 
 @task
 async def sibling_a() -> int:
-    S.a_ran += 1
+    S.sibling.a()
     return 1
 
 
 @task
 async def sibling_b(wait: float) -> int:
-    S.b_ran += 1
-    if not S.b_fixed:
-        assert S.a_save_began is not None
-        await asyncio.wait_for(S.a_save_began.wait(), wait)  # A's save is in flight now
-        raise RuntimeError("B fails")
+    await S.sibling.b(wait)  # fails once A's save is in flight
     return 2
 
 
 @task
 async def park(i: int) -> int:
-    S.parked += 1
-    if S.parked == S.target and S.all_parked is not None:
-        S.all_parked.set()
-    assert S.release is not None
-    await S.release.wait()
+    await S.parking.park()
     return i
 
 
@@ -160,8 +144,7 @@ def sequential(saver: BaseCheckpointSaver[Any]) -> Pregel[Any, Any, Any, Any]:
         total = 0
         for _ in range(n):
             total = await noop(total)
-        if S.fail_at_end:
-            raise RuntimeError("failing at the end, to be resumed")
+        S.end_of_run()
         return total
 
     return sequential_run
@@ -201,8 +184,6 @@ def thread(thread_id: str) -> Any:
 
 
 # -- the checkpointers ----------------------------------------------------------------------
-
-Gate = Callable[[], Awaitable[None]]
 
 
 class _GatedSaver(AsyncSqliteSaver):
@@ -246,191 +227,97 @@ async def saver_for(durable: bool) -> AsyncIterator[BaseCheckpointSaver[Any]]:
         yield InMemorySaver()
 
 
-async def _settle(limit: float) -> None:
-    """Let the tasks a trial left behind finish (bounded), so the next trial starts clean."""
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=limit)
-
-
 # -- 1. cancel ------------------------------------------------------------------------------
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
+@asyncio_scenario
+async def scenario_cancel(cfg: CancelConfig) -> CancelResult:
     rec = CancelRecorder(cfg)
-    hang = Hang(cfg.hang_limit)
-    loop = asyncio.get_running_loop()
-    first_entry = math.inf
-
-    async def gate() -> None:
-        nonlocal first_entry
-        first_entry = min(first_entry, loop.time())
-        await hang.wait_asyncio()
-
-    late = 0  # trials whose deadline passed before any task's save had begun
-    for i in rec.trials():
-        hang, first_entry = Hang(cfg.hang_limit), math.inf
-        async with sqlite_saver(gate) as saver:
-            wf = fanout(saver)
-            threads = ThreadCount()
-
-            async def call(i: int = i, wf: Pregel[Any, Any, Any, Any] = wf) -> None:
-                await wf.ainvoke(cfg.width, thread(f"cancel-{i}"))
-
-            trial = await asyncio_deadline_trial(call, cfg, rec.rng)
-            deadline = loop.time() - trial.overshoot
-            rec.add(trial, hang, tasks=asyncio_leftover_tasks(), threads=threads.leftover())
-            if rec.seen > cfg.warmup and first_entry > deadline:
-                late += 1
-            hang.release()
-            await _settle(cfg.hang_limit)
-        if rec.done():
-            break
-    notes = [
+    for i, hang in rec.trials():
+        async with sqlite_saver(hang.wait_asyncio) as saver:
+            call = partial(fanout(saver).ainvoke, cfg.width, thread(f"cancel-{i}"))
+            await rec.asyncio_trial(call, hang)
+            await asyncio_settle(cfg.hang_limit)
+    return rec.finish(
         "AsyncSqliteSaver; the hang is in aput_writes of each task's result; "
-        "a fresh saver and database per trial"
-    ]
-    if late:
-        notes.append(
-            f"in {late} of {len(rec.result.samples)} trials the deadline passed before any "
-            "task had reached its save: LangGraph was still starting the tasks"
-        )
-    return rec.finish("; ".join(notes))
-
-
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return asyncio.run(_cancel(cfg))
+        "a fresh saver and database per trial",
+        rec.late_note("task", "LangGraph"),
+    )
 
 
 # -- 2. sibling -----------------------------------------------------------------------------
 
 
-async def _sibling(cfg: SiblingConfig) -> SiblingResult:
-    S.a_ran, S.b_ran, S.b_fixed = 0, 0, False
-    S.a_save_began = began = asyncio.Event()
-    gated = True
-
-    async def gate() -> None:
-        nonlocal gated
-        if gated:  # the first task save is A's: B has not finished
-            gated = False
-            began.set()
-            await asyncio.sleep(cfg.slow_save)
-
-    b_failed = completed = False
-    async with sqlite_saver(gate) as saver:
+@asyncio_scenario
+async def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
+    S.sibling = case = SiblingCase(cfg)
+    # the first task save is A's (B has not finished): only that one is slow
+    async with sqlite_saver(partial(case.slow_save, once=True)) as saver:
         wf = sibling(saver)
         try:
-            await wf.ainvoke(max(1.0, 10 * cfg.slow_save), thread("sibling"))
-        except RuntimeError:
-            b_failed = S.b_ran == 1
+            await wf.ainvoke(case.patience, thread("sibling"))
+        except SiblingFailure:
+            case.first_run_failed()
         landed_first = saver.landed
-        S.b_fixed = True
+        case.fixed = True
         completed = await wf.ainvoke(None, thread("sibling")) == 3
-    notes = (
-        "resumed with ainvoke(None) on the same thread_id; A's save had "
-        + ("" if landed_first else "not ")
-        + "landed when the failed run returned"
-    )
-    return SiblingResult(a_executions=S.a_ran, b_failed=b_failed, completed=completed, notes=notes)
-
-
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    return asyncio.run(_sibling(cfg))
+    notes = "resumed with ainvoke(None) on the same thread_id; " + case.landed(landed_first > 0)
+    return case.result(completed, notes)
 
 
 # -- 3. steps and 4. parallel ---------------------------------------------------------------
 
 
-async def _timed_runs(
-    make: Callable[[BaseCheckpointSaver[Any]], Pregel[Any, Any, Any, Any]],
-    n: int,
-    repeats: int,
-    durable: bool,
-) -> tuple[float, int]:
-    """Best wall time of *repeats* runs of ``make(saver)(n)`` (after a warm-up run)."""
-    S.fail_at_end = False
-    best, ran = float("inf"), 0
-    async with saver_for(durable) as saver:
-        wf = make(saver)
-        await wf.ainvoke(min(n, 200), thread("warm-up"))
-        for i in range(repeats):
-            S.ran = 0
-            t0 = time.perf_counter()
-            await wf.ainvoke(n, thread(f"run-{i}"))
-            best = min(best, time.perf_counter() - t0)
-            ran = S.ran
-    return best, ran
+def _runner(wf: Pregel[Any, Any, Any, Any]) -> Runner:
+    """``best_run``'s ``run(n, run_id)``: ``wf`` invoked with *n* on that thread."""
+    return lambda n, run_id: wf.ainvoke(n, thread(run_id))
 
 
-def scenario_steps(cfg: StepsConfig) -> StepsResult:
-    best, ran = asyncio.run(_timed_runs(sequential, cfg.n, cfg.repeats, cfg.durable))
-    saver = "AsyncSqliteSaver" if cfg.durable else "InMemorySaver"
-    return StepsResult(
-        us_per_step=best / cfg.n * 1e6,
-        steps_ran=ran,
-        notes=f"{saver}; best of {cfg.repeats} runs, the run's fixed cost included",
-    )
+@asyncio_scenario
+async def scenario_steps(cfg: StepsConfig) -> StepsResult:
+    async with saver_for(cfg.durable) as saver:
+        best = await best_run(S, cfg.n, cfg.repeats, _runner(sequential(saver)))
+    return best.steps(cfg, "AsyncSqliteSaver" if cfg.durable else "InMemorySaver")
 
 
-def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
-    best, ran = asyncio.run(_timed_runs(fanout, cfg.n, cfg.repeats, True))
-    return ParallelResult(
-        seconds=best,
-        steps_ran=ran,
-        notes="AsyncSqliteSaver; n task calls, then their futures awaited",
-    )
+@asyncio_scenario
+async def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
+    async with saver_for(True) as saver:
+        best = await best_run(S, cfg.n, cfg.repeats, _runner(fanout(saver)))
+    return best.parallel("AsyncSqliteSaver; n task calls, then their futures awaited")
 
 
 # -- 5. resume ------------------------------------------------------------------------------
 
 
-async def _resume(cfg: ResumeConfig) -> ResumeResult:
+@asyncio_scenario
+async def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
     async with sqlite_saver() as saver:
         wf = sequential(saver)
-        S.fail_at_end = True
-        with contextlib.suppress(RuntimeError):
-            await wf.ainvoke(cfg.n, thread("long"))
-        S.fail_at_end, S.ran = False, 0
-        t0 = time.perf_counter()
-        result = await wf.ainvoke(None, thread("long"))
-        seconds = time.perf_counter() - t0
-    if result != cfg.n:
-        raise RuntimeError(f"the resumed run returned {result}, not {cfg.n}")
-    return ResumeResult(
-        seconds=seconds,
-        steps_reexecuted=S.ran,
-        notes="AsyncSqliteSaver; ainvoke(None) on the same thread_id",
-    )
-
-
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    return asyncio.run(_resume(cfg))
+        r = await resume_after_failure(
+            S,
+            cfg.n,
+            partial(wf.ainvoke, cfg.n, thread("long")),
+            partial(wf.ainvoke, None, thread("long")),
+        )
+    return r.result("AsyncSqliteSaver; ainvoke(None) on the same thread_id")
 
 
 # -- 6. memory ------------------------------------------------------------------------------
 
 
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    S.parked, S.target = 0, cfg.runs
-    S.all_parked, S.release = asyncio.Event(), asyncio.Event()
+@asyncio_scenario
+async def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
+    S.parking.expect(cfg.runs, asyncio.Event)
     saver = InMemorySaver()
     wf, warm = two_steps(saver), sequential(saver)
-    S.fail_at_end = False
     await warm.ainvoke(1, thread("warm-up"))  # first-use caches, outside the peak
     meter = MemoryMeter()
     async with asyncio.TaskGroup() as group:
         for i in range(cfg.runs):
             group.create_task(wf.ainvoke(i, thread(f"run-{i}")))
-        await S.all_parked.wait()
-        peak = meter.stop()
-        started = S.parked
-        S.release.set()
-    return MemoryResult(peak_bytes=peak, runs_started=started, notes="InMemorySaver")
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return asyncio.run(_memory(cfg))
+        await S.parking.measure(meter)
+    return S.parking.result(meter, notes="InMemorySaver")
 
 
 if __name__ == "__main__":

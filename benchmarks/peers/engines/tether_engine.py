@@ -20,12 +20,10 @@ run id. The no-op step is ``benchmarks/step_overhead.py``'s ``trivial``
 
 from __future__ import annotations
 
-import gc
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -34,7 +32,6 @@ from _protocol import (
     CancelConfig,
     CancelRecorder,
     CancelResult,
-    Hang,
     MemoryConfig,
     MemoryMeter,
     MemoryResult,
@@ -46,14 +43,20 @@ from _protocol import (
     SiblingResult,
     StepsConfig,
     StepsResult,
-    ThreadCount,
     main,
-    trio_deadline_trial,
-    trio_task_count,
 )
 
 import tether
 import tether.testing
+from engines._common import (
+    Runner,
+    SiblingCase,
+    SiblingFailure,
+    Tally,
+    best_run,
+    resume_after_failure,
+    trio_scenario,
+)
 
 ENGINE = "tether"
 DISTRIBUTION = None  # installed from this repository
@@ -63,20 +66,7 @@ def version() -> str:
     return tether.__version__
 
 
-class _State:
-    """What the steps count and wait on (reset by each scenario)."""
-
-    ran = 0
-    b_ran = 0
-    b_fixed = False
-    fail_at_end = True
-    parked = 0
-    all_parked: trio.Event | None = None
-    release: trio.Event | None = None
-    target = 0
-
-
-S = _State()
+S = Tally()
 
 
 @tether.step(name="noop")
@@ -90,6 +80,7 @@ async def sequential(n: int) -> int:
     total = 0
     for _ in range(n):
         total = await noop(total)
+    S.end_of_run()  # the first run of scenario 5 fails here
     return total
 
 
@@ -101,28 +92,18 @@ async def fanout(n: int) -> int:
     return n
 
 
-@tether.workflow(name="peers.sequential_then_fail")
-async def sequential_then_fail(n: int) -> int:
-    total = 0
-    for _ in range(n):
-        total = await noop(total)
-    if S.fail_at_end:
-        raise RuntimeError("failing at the end, to be resumed")
-    return total
-
-
 @tether.step(name="sibling_a")
 async def sibling_a() -> int:
-    S.ran += 1
+    S.sibling.a()
     return 1
 
 
 @tether.step(name="sibling_b")
 async def sibling_b(wait: float) -> int:
-    S.b_ran += 1
+    fails = S.sibling.b_starts()
     await trio.sleep(wait)  # A's save is in flight meanwhile
-    if not S.b_fixed:
-        raise RuntimeError("B fails")
+    if fails:
+        S.sibling.fail()
     return 2
 
 
@@ -136,11 +117,7 @@ async def sibling(wait: float) -> int:
 
 @tether.step(name="park")
 async def park(i: int) -> int:
-    S.parked += 1
-    if S.parked == S.target and S.all_parked is not None:
-        S.all_parked.set()
-    assert S.release is not None
-    await S.release.wait()
+    await S.parking.park()
     return i
 
 
@@ -164,38 +141,28 @@ async def sqlite_engine(
 # -- 1. cancel ------------------------------------------------------------------------------
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
+@trio_scenario
+async def scenario_cancel(cfg: CancelConfig) -> CancelResult:
     rec = CancelRecorder(cfg)
-    hang = Hang(cfg.hang_limit)
 
     async def hung(call: tether.testing.Call) -> None:
-        await hang.wait_trio()
+        await rec.hang.wait_trio()  # the current trial's
 
     async with sqlite_engine(tether.testing.FaultyStore) as (engine, store):
         assert store is not None
         store.inject("append", tether.testing.Do(hung))
-        for i in rec.trials():
-            hang = Hang(cfg.hang_limit)
-            tasks, threads = trio_task_count(), ThreadCount()
-            trial = await trio_deadline_trial(
-                lambda i=i: engine.run(fanout, cfg.width, run_id=f"cancel-{i}"), cfg, rec.rng
-            )
-            rec.add(trial, hang, tasks=trio_task_count() - tasks, threads=threads.leftover())
-            hang.release()
-            if rec.done():
-                break
+        for i, hang in rec.trials():
+            call = partial(engine.run, fanout, cfg.width, run_id=f"cancel-{i}")
+            await rec.trio_trial(call, hang)
     return rec.finish("SQLiteStore; the hang is a FaultyStore Do fault in front of append")
-
-
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return trio.run(_cancel, cfg)
 
 
 # -- 2. sibling -----------------------------------------------------------------------------
 
 
-async def _sibling(cfg: SiblingConfig) -> SiblingResult:
-    S.ran, S.b_ran, S.b_fixed = 0, 0, False
+@trio_scenario
+async def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
+    S.sibling = case = SiblingCase(cfg)
 
     async def slow(call: tether.testing.Call) -> None:
         await trio.sleep(cfg.slow_save)
@@ -203,46 +170,19 @@ async def _sibling(cfg: SiblingConfig) -> SiblingResult:
     def a_save(run_id: str, entries: list[tether.stores.Entry]) -> bool:
         return "sibling_a" in entries[0].key
 
-    b_failed = completed = False
     async with sqlite_engine(tether.testing.FaultyStore) as (engine, store):
         assert store is not None
         store.inject("append", tether.testing.Do(slow), when=a_save)
         try:
             await engine.run(sibling, cfg.slow_save / 2, run_id="sibling")
-        except* RuntimeError:
-            b_failed = S.b_ran == 1
-        S.b_fixed = True
+        except* SiblingFailure:
+            case.first_run_failed()
+        case.fixed = True
         completed = await engine.resume("sibling") == 3
-    return SiblingResult(a_executions=S.ran, b_failed=b_failed, completed=completed)
-
-
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    return trio.run(_sibling, cfg)
+    return case.result(completed)
 
 
 # -- 3. steps and 4. parallel ---------------------------------------------------------------
-
-
-async def _timed_runs(
-    wf: tether.Workflow[[int], int], n: int, repeats: int, durable: bool
-) -> tuple[float, int]:
-    """Best wall time of *repeats* runs of ``wf(n)`` (after a warm-up run), and steps run."""
-
-    async def timed(engine: tether.Engine, k: int, run_id: str) -> float:
-        gc.collect()
-        t0 = time.perf_counter()
-        await engine.run(wf, k, run_id=run_id)
-        return time.perf_counter() - t0
-
-    best, ran = float("inf"), 0
-    cm = sqlite_engine() if durable else _memory_engine()
-    async with cm as (engine, _):
-        await timed(engine, min(n, 200), "warm-up")
-        for i in range(repeats):
-            S.ran = 0
-            best = min(best, await timed(engine, n, f"run-{i}"))
-            ran = S.ran
-    return best, ran
 
 
 @asynccontextmanager
@@ -251,63 +191,54 @@ async def _memory_engine() -> AsyncIterator[tuple[tether.Engine, None]]:
         yield engine, None
 
 
-def scenario_steps(cfg: StepsConfig) -> StepsResult:
-    best, ran = trio.run(_timed_runs, sequential, cfg.n, cfg.repeats, cfg.durable)
-    store = "SQLiteStore" if cfg.durable else "MemoryStore"
-    return StepsResult(
-        us_per_step=best / cfg.n * 1e6,
-        steps_ran=ran,
-        notes=f"{store}; best of {cfg.repeats} runs, the run's fixed cost included",
-    )
+def _runner(engine: tether.Engine, wf: tether.Workflow[[int], int]) -> Runner:
+    """``best_run``'s ``run(n, run_id)``: a run of ``wf(n)`` on *engine*."""
+    return lambda n, run_id: engine.run(wf, n, run_id=run_id)
 
 
-def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
-    best, ran = trio.run(_timed_runs, fanout, cfg.n, cfg.repeats, True)
-    return ParallelResult(seconds=best, steps_ran=ran, notes="SQLiteStore; one parallel() block")
+@trio_scenario
+async def scenario_steps(cfg: StepsConfig) -> StepsResult:
+    async with sqlite_engine() if cfg.durable else _memory_engine() as (engine, _):
+        best = await best_run(S, cfg.n, cfg.repeats, _runner(engine, sequential))
+    return best.steps(cfg, "SQLiteStore" if cfg.durable else "MemoryStore")
+
+
+@trio_scenario
+async def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
+    async with sqlite_engine() as (engine, _):
+        best = await best_run(S, cfg.n, cfg.repeats, _runner(engine, fanout))
+    return best.parallel("SQLiteStore; one parallel() block")
 
 
 # -- 5. resume ------------------------------------------------------------------------------
 
 
-async def _resume(cfg: ResumeConfig) -> ResumeResult:
-    S.fail_at_end = True
+@trio_scenario
+async def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
     async with sqlite_engine() as (engine, _):
-        with suppress(RuntimeError):
-            await engine.run(sequential_then_fail, cfg.n, run_id="long")
-        S.fail_at_end, S.ran = False, 0
-        t0 = time.perf_counter()
-        result = await engine.resume("long")
-        seconds = time.perf_counter() - t0
-    if result != cfg.n:
-        raise RuntimeError(f"the resumed run returned {result}, not {cfg.n}")
-    return ResumeResult(seconds=seconds, steps_reexecuted=S.ran, notes="SQLiteStore")
-
-
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    return trio.run(_resume, cfg)
+        r = await resume_after_failure(
+            S,
+            cfg.n,
+            partial(engine.run, sequential, cfg.n, run_id="long"),
+            partial(engine.resume, "long"),
+        )
+    return r.result(notes="SQLiteStore")
 
 
 # -- 6. memory ------------------------------------------------------------------------------
 
 
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    S.parked, S.target = 0, cfg.runs
-    S.all_parked, S.release = trio.Event(), trio.Event()
+@trio_scenario
+async def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
+    S.parking.expect(cfg.runs, trio.Event)
     async with tether.open_engine(tether.MemoryStore()) as engine:
         await engine.run(sequential, 1, run_id="warm-up")  # first-use caches, outside the peak
         meter = MemoryMeter()
         async with trio.open_nursery() as nursery:
             for i in range(cfg.runs):
                 nursery.start_soon(partial(engine.run, two_steps, i, run_id=f"run-{i}"))
-            await S.all_parked.wait()
-            peak = meter.stop()
-            started = S.parked
-            S.release.set()
-    return MemoryResult(peak_bytes=peak, runs_started=started, notes="MemoryStore")
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return trio.run(_memory, cfg)
+            await S.parking.measure(meter)
+    return S.parking.result(meter, notes="MemoryStore")
 
 
 if __name__ == "__main__":

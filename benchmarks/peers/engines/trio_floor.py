@@ -8,163 +8,75 @@ save that never returns), under ``trio.move_on_at``: the shape of
 only. *parallel*: a nursery of ``n`` tasks each awaiting the no-op. *memory*:
 ``runs`` tasks that await the no-op, then wait on an event. There is nothing
 to resume and no checkpoint to lose, so *sibling* and *resume* are
-unsupported.
+unsupported. The scenarios are ``engines/_floor.py``'s, shared with the
+asyncio floor; this module gives them trio's primitives.
 """
 
 from __future__ import annotations
 
 import sys
-import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import trio
-from _protocol import (
-    CancelConfig,
-    CancelRecorder,
-    CancelResult,
-    Hang,
-    MemoryConfig,
-    MemoryMeter,
-    MemoryResult,
-    ParallelConfig,
-    ParallelResult,
-    ResumeConfig,
-    ResumeResult,
-    SiblingConfig,
-    SiblingResult,
-    StepsConfig,
-    StepsResult,
-    ThreadCount,
-    Unsupported,
-    best_of,
-    main,
-    trio_deadline_trial,
-    trio_task_count,
-)
+from _protocol import CancelRecorder, Hang, Trial, main
+
+from engines._floor import Call, Floor, Loop
 
 ENGINE = "bare trio (floor)"
 DISTRIBUTION = None
+
+T = TypeVar("T")
 
 
 def version() -> str:
     return trio.__version__
 
 
-ran = 0
-
-
-async def noop(i: int) -> int:
-    global ran
-    ran += 1
-    return i + 1
+calls = 0
 
 
 async def noop_checkpoint(i: int) -> int:
-    global ran
-    ran += 1
+    global calls
+    calls += 1  # the floor's no-op counts its runs too: the same step, plus the checkpoint
     await trio.lowlevel.checkpoint()
     return i + 1
 
 
-async def _cancel(cfg: CancelConfig) -> CancelResult:
-    rec = CancelRecorder(cfg)
-    hang = Hang(cfg.hang_limit)
+class _Trio(Loop):
+    group = "nursery"
+    waiting = "tasks in trio.sleep_forever(): no save, nothing to hang but the wait"
+    yielding = "one trio.lowlevel.checkpoint()"
 
-    async def hung() -> None:
-        hang.note_entered()
-        await trio.sleep_forever()
+    def run(self, main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        return trio.run(main)
 
-    async def body() -> None:
+    async def fan(
+        self, step: Callable[[int], Coroutine[Any, Any, object]], n: int, then: Call | None = None
+    ) -> None:
         async with trio.open_nursery() as nursery:
-            for _ in range(cfg.width):
-                nursery.start_soon(hung)
+            for i in range(n):
+                nursery.start_soon(step, i)
+            if then is not None:
+                await then()
 
-    for _ in rec.trials():
-        hang = Hang(cfg.hang_limit)
-        tasks, threads = trio_task_count(), ThreadCount()
-        trial = await trio_deadline_trial(body, cfg, rec.rng)
-        rec.add(trial, hang, tasks=trio_task_count() - tasks, threads=threads.leftover())
-        hang.release()
-        if rec.done():
-            break
-    return rec.finish("tasks in trio.sleep_forever(): no save, nothing to hang but the wait")
+    def forever(self) -> Awaitable[object]:
+        return trio.sleep_forever()  # noqa: ASYNC105 (the caller awaits it: no frame of ours)
 
+    def event(self) -> trio.Event:
+        return trio.Event()
 
-def scenario_cancel(cfg: CancelConfig) -> CancelResult:
-    return trio.run(_cancel, cfg)
+    async def trial(self, rec: CancelRecorder, call: Call, hang: Hang) -> Trial:
+        return await rec.trio_trial(call, hang)
 
 
-def scenario_sibling(cfg: SiblingConfig) -> SiblingResult:
-    raise Unsupported("a bare nursery saves nothing, so there is no checkpoint to lose or resume")
-
-
-async def _sequential(step: object, n: int) -> float:
-    global ran
-    assert callable(step)
-    ran = 0
-    total = 0
-    t0 = time.perf_counter()
-    for _ in range(n):
-        total = await step(total)
-    return time.perf_counter() - t0
-
-
-def scenario_steps(cfg: StepsConfig) -> StepsResult:
-    if cfg.durable:
-        raise Unsupported("a bare event loop has no durable store")
-    best = best_of(cfg.repeats, lambda: trio.run(_sequential, noop, cfg.n))
-    steps_ran = ran
-    checkpoint = best_of(cfg.repeats, lambda: trio.run(_sequential, noop_checkpoint, cfg.n))
-    return StepsResult(
-        us_per_step=best / cfg.n * 1e6,
-        steps_ran=steps_ran,
-        checkpoint_us=checkpoint / cfg.n * 1e6,
-        notes="plain await of a no-op coroutine; checkpoint_us: one trio.lowlevel.checkpoint()",
-    )
-
-
-async def _parallel(n: int) -> float:
-    global ran
-    ran = 0
-    t0 = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for i in range(n):
-            nursery.start_soon(noop, i)
-    return time.perf_counter() - t0
-
-
-def scenario_parallel(cfg: ParallelConfig) -> ParallelResult:
-    best = best_of(cfg.repeats, lambda: trio.run(_parallel, cfg.n))
-    return ParallelResult(seconds=best, steps_ran=ran, notes="a nursery of n tasks, in memory")
-
-
-def scenario_resume(cfg: ResumeConfig) -> ResumeResult:
-    raise Unsupported("a bare nursery keeps no journal to resume from")
-
-
-async def _memory(cfg: MemoryConfig) -> MemoryResult:
-    parked = 0
-    all_parked, release = trio.Event(), trio.Event()
-
-    async def two_steps(i: int) -> None:
-        nonlocal parked
-        await noop(i)
-        parked += 1
-        if parked == cfg.runs:
-            all_parked.set()
-        await release.wait()
-
-    meter = MemoryMeter()
-    async with trio.open_nursery() as nursery:
-        for i in range(cfg.runs):
-            nursery.start_soon(two_steps, i)
-        await all_parked.wait()
-        peak = meter.stop()
-        release.set()
-    return MemoryResult(peak_bytes=peak, runs_started=parked, notes="one task per run")
-
-
-def scenario_memory(cfg: MemoryConfig) -> MemoryResult:
-    return trio.run(_memory, cfg)
+_FLOOR = Floor(_Trio(), noop_checkpoint)
+scenario_cancel = _FLOOR.scenario_cancel
+scenario_sibling = _FLOOR.scenario_sibling
+scenario_steps = _FLOOR.scenario_steps
+scenario_parallel = _FLOOR.scenario_parallel
+scenario_resume = _FLOOR.scenario_resume
+scenario_memory = _FLOOR.scenario_memory
 
 
 if __name__ == "__main__":
