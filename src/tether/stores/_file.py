@@ -2,10 +2,16 @@
 
 :class:`FileStore` is the store's public, async face: each call checks its
 arguments, then does its file work in a worker thread (one mechanism,
-``FileStore._call``, so cancellation and errors are handled alike
-everywhere). The work itself is in parts, each a mixin of the synchronous
-halves of one concern, with its design in its module doc:
+``FileCalls._call``, so cancellation and errors are handled alike
+everywhere). The work itself is in parts, each a mixin of one concern, with
+its design in its module doc:
 
+- :mod:`._file_calls`: the store's lifetime (``open``, ``close``) and
+  ``_call``, the one way into a worker thread;
+- :mod:`._file_threads`: the worker threads, abandoned by a cancelled
+  caller, withdrawn while they wait for a lock, counted until they end, and
+  waited for by ``close()``; the session (one ``open()`` to ``close()``)
+  whose caches they fill;
 - :mod:`._file_disk`: the layout on disk, the run id check, atomic writes
   of one file, the strict checks of a folder (plain functions of paths);
 - :mod:`._file_base`: the store's state, a run's folder, the strict reads of
@@ -16,18 +22,20 @@ halves of one concern, with its design in its module doc:
 - :mod:`._file_owners`: leases, cancels, workers' claims and advertisements;
 - :mod:`._file_journal`: appends (one file each) and strict journal reads;
 - :mod:`._file_mailbox`: a run's messages.
+
+The parts but :mod:`._file_calls` and :mod:`._file_threads` hold the
+synchronous halves of the calls, run in a worker thread.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, final
+from typing import final
 
-import trio
-
-from .._errors import StoreError, TetherError, UsageError
+from .._errors import UsageError
+from ._file_calls import FileCalls
 from ._file_disk import check_run_id
 from ._file_journal import FileJournal
 from ._file_mailbox import FileMailbox
@@ -39,11 +47,9 @@ from ._queue import check_max_dispatches, check_now, check_run_filter, check_ser
 
 __all__ = ("FileStore",)
 
-T = TypeVar("T")
-
 
 @final
-class FileStore(FileJournal, FileMailbox, FileOwners):
+class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
     """Runs and journals as JSON files under *directory*, safe for several processes.
 
     Args:
@@ -62,13 +68,26 @@ class FileStore(FileJournal, FileMailbox, FileOwners):
     outside the directory is ever read or written through one.
 
     Every method is a Trio checkpoint and does its file work in a worker
-    thread. Cancellation takes effect before the work starts; once started,
-    the call finishes (a file write is short) and returns, so a cancelled
-    call wrote whole or not at all. :meth:`append` is idempotent (see
+    thread, which a cancelled call abandons (all but :meth:`open`): it
+    returns at once, whatever the file system does. The thread stops with
+    nothing written if it had not begun or still waited for the run's lock
+    (another process may hold it for 10 s); one that held it may write after
+    its caller left, as any write: whole or not at all, fenced by the token
+    read under the lock, an append idempotent. So a cancelled write's outcome
+    is unknown to its caller (stored whole, later, or not at all), as the
+    engine expects: it writes no status, a resume finds a late append by its
+    idempotency key, and a late claim is released or expires (see
+    :meth:`claim`). :meth:`close` waits for the threads. They take slots of
+    a ``trio.CapacityLimiter`` of the store's own (40 per :meth:`open`), not
+    trio's default one: an abandoned thread keeps its slot until it ends, so
+    a hung file system starves this store alone, never other threaded stores.
+
+    :meth:`append` is idempotent (see
     :attr:`~tether.stores.Entry.idempotency_key`): duplicates are detected
     against what this process read or wrote, and against the whole journal
-    the first time a process appends to a run (that cache is dropped when
-    the run is stored as completed, and on :meth:`close`).
+    the first time a process appends to a run after :meth:`open` (that cache
+    is dropped when the run is stored as completed, and on :meth:`close`; a
+    thread that ends after :meth:`close` never refills it).
 
     Reads are strict: a file that cannot be read or decoded, a folder where a
     file should be, a file name that disagrees with its content, or a
@@ -83,25 +102,6 @@ class FileStore(FileJournal, FileMailbox, FileOwners):
     (a crash keeps all of them or none, and never leaves a gap below a
     later seq; see the module doc of ``_file_journal``).
     """
-
-    # -- lifetime ----------------------------------------------------------------------
-
-    async def open(self) -> None:
-        """Create the directory if needed. A checkpoint.
-
-        Raises:
-            StoreError: the directory cannot be created or is not a folder.
-        """
-        self._root = await self._call("opening the store", self._open_sync)
-        self._open = True
-
-    async def close(self) -> None:
-        """Forget cached state. A checkpoint; nothing is left running."""
-        self._open = False
-        with self._lock:
-            self._ids.clear()
-            self._next.clear()
-        await trio.lowlevel.checkpoint()
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -142,6 +142,13 @@ class FileStore(FileJournal, FileMailbox, FileOwners):
 
         A run created by the claim is published whole (with its first lease),
         as :meth:`create_run` publishes one.
+
+        Cancelled, it returns at once (see the class doc): a claim whose
+        thread had not begun or still waited for the run's lock is withdrawn;
+        any other may take the lease (or create the run) after its caller gave
+        up, so the outcome is unknown. The engine treats it so: it looks for
+        the late claim and releases it. Such a lease ends with *owner*'s (one
+        lease file covers all its runs), and *owner*'s next claim retakes it.
 
         Raises:
             RunConflictError, RunCancelledError, RunNotFoundError: see the protocol.
@@ -283,6 +290,15 @@ class FileStore(FileJournal, FileMailbox, FileOwners):
         its run's lock (which every process respects), so two workers never
         claim the same run.
 
+        Cancelled, it returns at once (see the class doc): its thread stops
+        at the next run's lock it waits for, but a candidate it holds the lock
+        of may still be claimed (a queued run moved to ``running`` under
+        *owner*'s lease) after the caller gave up, unseen. Workers shield the
+        call (bounded by ``save_timeout``) for that reason. Such a run is
+        taken again by *owner*'s next :meth:`claim` of it, and by another
+        worker's once *owner*'s lease expires (it stops renewing), at once when
+        *owner* is among its *gone* (its engine closed, or its process ended).
+
         Raises:
             StoreError: the file system failed.
         """
@@ -345,7 +361,8 @@ class FileStore(FileJournal, FileMailbox, FileOwners):
         See :meth:`MailboxStore.send_message
         <tether.stores.MailboxStore.send_message>` and the module doc of
         ``_file_mailbox``. A
-        checkpoint; cancelled, it stored the message whole or not at all (see
+        checkpoint; cancelled, it returns at once, and the message is stored
+        whole, maybe after the caller got control back, or not at all (see
         the class doc).
 
         Raises:
@@ -379,17 +396,3 @@ class FileStore(FileJournal, FileMailbox, FileOwners):
             lambda: self._unless_deleted(run_id, lambda: self._messages_sync(run_id, after), []),
         )
         return result
-
-    # -- helpers -----------------------------------------------------------------------
-
-    async def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if not self._open and fn != self._open_sync:
-            await trio.lowlevel.checkpoint()
-            raise UsageError(f"{what}: {self!r} is not open")
-        try:
-            return await trio.to_thread.run_sync(fn, *args)
-        except TetherError:
-            raise
-        except OSError as exc:
-            raise StoreError(f"{what} in {self!r} failed: {exc}") from exc

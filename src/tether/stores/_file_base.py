@@ -1,7 +1,8 @@
 """What every FileStore operation stands on: its state, and a run's folder and record.
 
 :class:`FileBase` holds the store's state (its directory, whether it is
-open, and the caches of appends with the thread locks that guard them) and
+open, its worker threads and the session whose caches of appends they fill,
+:mod:`._file_threads`, with the thread locks that guard those caches) and
 the synchronous reads and writes every concern of the store shares: finding
 a run's folder (never through a link, never outside the directory), the
 strict read of a file and of a run's record (with its owner's lease), and
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import attrs
+import trio
 
 from .._errors import CheckpointCorruptError, UsageError
 from ._file_disk import (
@@ -36,7 +38,8 @@ from ._file_disk import (
     time_of,
     write_temp,
 )
-from ._protocol import Entry, RecordDecodeError, RunRecord, RunStatus, dumps_record, load_run_record
+from ._file_threads import THREADS, Session, Threads
+from ._protocol import RecordDecodeError, RunRecord, RunStatus, dumps_record, load_run_record
 
 __all__ = ("FileBase",)
 
@@ -54,21 +57,26 @@ class FileBase:
         self.directory = Path(directory).absolute()
         self._root = self.directory
         self._open = False
-        self._lock = threading.Lock()
         # Appends to one run are serialized in this process (other processes
         # are kept apart by os.link); a fixed set of locks, picked by run id.
+        # Taken in worker threads only, never in the event loop's: a thread
+        # abandoned in a hung write may hold one for good.
         self._run_locks = tuple(threading.Lock() for _ in range(_LOCKS))
-        self._ids: dict[str, dict[str, Entry]] = {}  # run -> idempotency key -> stored
-        self._next: dict[str, int] = {}  # run -> the seq to try next
-        # run -> which folder of that id the two caches above are about (a
-        # deleted run's id may be created again, by any process)
-        self._marks: dict[str, tuple[int, int, int]] = {}
+        self._threads = Threads()
+        # The caches of appends, until close() (open() makes a new session).
+        self._session = Session(limiter=trio.CapacityLimiter(THREADS), closing=True)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
 
     def _run_lock(self, run_id: str) -> threading.Lock:
         return self._run_locks[hash(run_id) % _LOCKS]
+
+    def _here(self) -> Session:
+        """The session whose caches this thread reads and fills: its call's, in a
+        worker thread (a thread that ends after close() fills a dead session's
+        caches, never a later open()'s); the store's, elsewhere."""
+        return self._threads.current() or self._session
 
     def _run_dir(self, run_id: str) -> Path | None:
         """The run's folder, or ``None`` if nothing by that name exists."""
@@ -134,8 +142,9 @@ class FileBase:
             # A run that is not executing takes no more entries now: drop what
             # was cached for its appends (read back from disk if needed).
             with self._run_lock(record.run_id):
-                self._ids.pop(record.run_id, None)
-                self._next.pop(record.run_id, None)
+                session = self._here()
+                session.ids.pop(record.run_id, None)
+                session.next.pop(record.run_id, None)
         temp = write_temp(folder, dumps_record(record.to_json()).encode("utf-8"))
         try:
             os.replace(temp, folder / RUN_FILE)

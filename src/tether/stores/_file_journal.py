@@ -21,8 +21,9 @@ system), so a later seq could survive an earlier one.
 How seqs are claimed by ``os.link`` across processes is in
 :mod:`._file_disk`. Appends are idempotent: this process caches, per run,
 the entries it read or wrote by idempotency key, and the next seq to try
-(:class:`~._file_base.FileBase`). The synchronous halves of
-:class:`~._file.FileStore`'s calls, run in a worker thread.
+(in the :class:`~._file_threads.Session` of the store's ``open()``). The
+synchronous halves of :class:`~._file.FileStore`'s calls, run in a worker
+thread.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ._file_disk import (
     write_torn,
 )
 from ._file_lock import FileLocking
+from ._file_threads import Session
 from ._leases import check_append
 from ._protocol import Entry, RecordDecodeError, loads_record
 
@@ -59,12 +61,13 @@ class FileJournal(FileLocking):
         with self._locked(run_id, "cannot append to") as folder, self._run_lock(run_id):
             run = self._read_run(run_id, folder, lease=False)
             check_append(run_id, entries, token=run.token, owner=run.owner)
-            ids = self._ids.get(run_id)
+            session = self._here()
+            ids = session.ids.get(run_id)
             if ids is None:
                 journal = self._load_sync(run_id)
                 ids = {e.idempotency_key: e for e in journal}
-                self._ids[run_id] = ids
-                self._next[run_id] = len(journal) + 1
+                session.ids[run_id] = ids
+                session.next[run_id] = len(journal) + 1
             folder = folder / ENTRIES
             check_folder(run_id, folder)  # never write through a link
             # Each entry is a stored one (a duplicate) or the index of a new one
@@ -85,18 +88,20 @@ class FileJournal(FileLocking):
                 placed.append(index)
             if not fresh:
                 return [p for p in placed if isinstance(p, Entry)]
-            published = self._publish(run_id, folder, fresh)
+            published = self._publish(session, run_id, folder, fresh)
             for ikey, index in new.items():
                 ids[ikey] = published[index]
             return [published[p] if isinstance(p, int) else p for p in placed]
 
-    def _publish(self, run_id: str, folder: Path, entries: list[Entry]) -> list[Entry]:
+    def _publish(
+        self, session: Session, run_id: str, folder: Path, entries: list[Entry]
+    ) -> list[Entry]:
         """Store *entries* as the run's next seqs, in one file: all of them, or none.
 
         See the module doc for why one file per append keeps a crash from
-        leaving a gap. Under the run's locks.
+        leaving a gap. Under the run's locks; *session*'s next seq is updated.
         """
-        seq = self._next.get(run_id, 1)
+        seq = session.next.get(run_id, 1)
         while True:
             done = [entry.stored_as(seq + i) for i, entry in enumerate(entries)]
             temp = write_temp(folder, batch_bytes(done))
@@ -109,7 +114,7 @@ class FileJournal(FileLocking):
             finally:
                 temp.unlink()
             fsync_dir(folder)
-            self._next[run_id] = seq + len(done)
+            session.next[run_id] = seq + len(done)
             return done
 
     def _last_seq(self, run_id: str, folder: Path) -> int:
@@ -170,7 +175,11 @@ class FileJournal(FileLocking):
         entry stored already), nothing is written.
 
         Synchronous, in the caller's thread (a few unsynced bytes): no other
-        task runs between the torn write and the simulated crash.
+        task runs between the torn write and the simulated crash. It takes no
+        lock: an abandoned append may hold the run's thread lock for as long as
+        its file system call hangs, and the event loop must not wait for it.
+        The caches are only read (one dict lookup at a time, atomic), and what
+        they say only decides the seqs written into a file no reader opens.
 
         Raises:
             StoreError: the file system failed.
@@ -183,23 +192,23 @@ class FileJournal(FileLocking):
         if not self._open or any(e.run_id != run_id for e in entries):
             return
         try:
-            with self._run_lock(run_id):
-                folder = self._run_dir(run_id)
-                if folder is None:
-                    return
-                ids = self._ids.get(run_id)
-                seq = self._next.get(run_id)
-                if ids is None or seq is None:
-                    journal = self._load_sync(run_id)
-                    ids = {e.idempotency_key: e for e in journal}
-                    seq = len(journal) + 1
-                new: dict[str, Entry] = {}
-                for e in entries:
-                    if e.idempotency_key not in ids:
-                        new.setdefault(e.idempotency_key, e)
-                if new:
-                    done = [e.stored_as(seq + i) for i, e in enumerate(new.values())]
-                    write_torn(folder / ENTRIES, batch_bytes(done))
+            folder = self._run_dir(run_id)
+            if folder is None:
+                return
+            session = self._session
+            ids = session.ids.get(run_id)
+            seq = session.next.get(run_id)
+            if ids is None or seq is None:
+                journal = self._load_sync(run_id)
+                ids = {e.idempotency_key: e for e in journal}
+                seq = len(journal) + 1
+            new: dict[str, Entry] = {}
+            for e in entries:
+                if e.idempotency_key not in ids:
+                    new.setdefault(e.idempotency_key, e)
+            if new:
+                done = [e.stored_as(seq + i) for i, e in enumerate(new.values())]
+                write_torn(folder / ENTRIES, batch_bytes(done))
         except OSError as exc:
             raise StoreError(
                 f"simulating a torn append to run {run_id!r} in {self!r} failed: {exc}"

@@ -5,7 +5,9 @@ message, a delete) holds an exclusive ``flock`` on the run's ``.lock`` file
 while it reads the run's token and writes, so the fencing check and the
 write are one atomic step for every process (a lock dies with its process).
 A write waits for another process's lock by polling, for at most
-``LOCK_TIMEOUT`` seconds.
+``LOCK_TIMEOUT`` seconds, and stops waiting, with nothing written, as soon
+as its caller gives up (the thread is abandoned) or the store is closing
+(:meth:`~._file_threads.Threads.check_wanted`, at every poll).
 
 The lock is taken in the worker thread that does the write and held until
 that write is done. Taking it also checks that the folder is still the run's
@@ -39,7 +41,9 @@ class FileLocking(FileBase):
 
         Raises:
             RunNotFoundError: no such run (the message starts with *doing*).
-            StoreError: another process held the lock for ``LOCK_TIMEOUT``.
+            StoreError: another process held the lock for ``LOCK_TIMEOUT``, or
+                the store is closing.
+            trio.Cancelled: the caller gave up (the thread is abandoned).
         """
         deadline = time.monotonic() + LOCK_TIMEOUT
         while True:
@@ -64,10 +68,13 @@ class FileLocking(FileBase):
         longer the run's (``delete_run`` renamed the folder away meanwhile).
 
         Raises:
-            StoreError: another process held the lock until *deadline*.
+            StoreError: another process held the lock until *deadline*, or the
+                store is closing.
+            trio.Cancelled: the caller gave up (the thread is abandoned).
         """
         try:
             while True:
+                self._threads.check_wanted()  # withdrawn: nothing written yet
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
@@ -99,10 +106,11 @@ class FileLocking(FileBase):
         st = os.fstat(fd)
         mark = (st.st_dev, st.st_ino, st.st_ctime_ns)
         with self._run_lock(run_id):
-            if self._marks.get(run_id) != mark:
-                self._ids.pop(run_id, None)
-                self._next.pop(run_id, None)
-                self._marks[run_id] = mark
+            session = self._here()
+            if session.marks.get(run_id) != mark:
+                session.ids.pop(run_id, None)
+                session.next.pop(run_id, None)
+                session.marks[run_id] = mark
 
     @contextlib.contextmanager
     def _locked_or_none(self, run_id: str) -> Iterator[Path | None]:

@@ -93,8 +93,9 @@ class FileRuns(FileLocking):
                 return False
             with self._run_lock(run_id):
                 os.rename(folder, trash / uuid.uuid4().hex)
-                self._ids.pop(run_id, None)
-                self._next.pop(run_id, None)
+                session = self._here()
+                session.ids.pop(run_id, None)
+                session.next.pop(run_id, None)
             fsync_dir(self._root)
         with os.scandir(trash) as it:
             leftovers = [d.name for d in it]
