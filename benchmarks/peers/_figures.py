@@ -70,6 +70,13 @@ class Results:
             return None
         return [s * 1e3 for s in r["samples"]]
 
+    def left_running(self, key: str, width: int) -> str | None:
+        """The most tasks and threads a trial left running, as ``tasks / threads``."""
+        r = self.result(key, f"cancel width={width}")
+        if r is None or not r["leftover_tasks"]:
+            return None
+        return f"{max(r['leftover_tasks'])} / {max(r['leftover_threads'])}"
+
     def step_figure(self, key: str, durable: bool) -> float | None:
         """µs per step, when every step ran."""
         case = f"steps {'durable' if durable else 'in memory'}"

@@ -35,16 +35,18 @@ def cancel_cdf(results: Results, path: Path) -> bool:
         v = sorted(values)
         y = [(i + 1) / len(v) for i in range(len(v))]
         style = "--" if key in FLOORS else "-"
-        ax.step(v, y, style, where="post", label=results.name(key), linewidth=1.6)
+        # An engine cut short after a few trials (one that waited for the hung save) would
+        # draw an invisible step: mark its points.
+        marker = "o" if len(v) < 5 else None
+        ax.step(v, y, style, where="post", label=results.name(key), linewidth=1.6, marker=marker)
         drawn += 1
     if not drawn:
         plt.close(fig)
         return False
     ax.set_xscale("log")
-    plain = plt.matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain)
-    ax.tick_params(axis="x", which="minor", labelsize=7)
+    ticker = plt.matplotlib.ticker
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())  # decades only: minor labels collide
     ax.set_xlabel("overshoot past the caller's deadline, ms (log scale)")
     ax.set_ylabel("share of trials")
     ax.set_ylim(0, 1.02)
@@ -75,9 +77,9 @@ def overhead_bars(results: Results, path: Path) -> bool:
         xs = [i + offset for i, h in zip(x, heights, strict=True) if h is not None]
         hs = [h for h in heights if h is not None]
         bars = ax.bar(xs, hs, width=0.4, label=label)
-        ax.bar_label(bars, labels=[f"{h:.3g}" for h in hs], fontsize=7, padding=2)
+        ax.bar_label(bars, labels=[_micros(h) for h in hs], fontsize=7, padding=2)
     ax.set_yscale("log")
-    ax.set_xticks(x, [results.name(k).replace(" (floor)", "\n(floor)") for k in keys], fontsize=8)
+    ax.set_xticks(x, [_wrapped(results.name(k)) for k in keys], fontsize=8)
     ax.set_ylabel("µs per step (log scale)")
     quick = " (--quick smoke run)" if results.quick else ""
     ax.set_title(f"Sequential no-op steps: time per step{quick}")
@@ -87,3 +89,19 @@ def overhead_bars(results: Results, path: Path) -> bool:
     fig.savefig(path, metadata=_META)
     plt.close(fig)
     return True
+
+
+def _micros(value: float) -> str:
+    """A bar's label: three significant digits, never in exponent form."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _wrapped(name: str) -> str:
+    """An engine's name on at most two lines, so that neighbouring labels do not collide."""
+    if " (floor)" in name:
+        return name.replace(" (floor)", "\n(floor)")
+    words = name.split()
+    if len(name) <= 12 or len(words) < 2:
+        return name
+    half = (len(words) + 1) // 2
+    return " ".join(words[:half]) + "\n" + " ".join(words[half:])

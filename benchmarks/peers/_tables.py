@@ -92,7 +92,7 @@ class Tables:
                         f"{max(ms):.2f}",
                         ratio(p50, t50),
                         ratio(p99, t99),
-                        f"{max(res['leftover_tasks'])} / {max(res['leftover_threads'])}",
+                        self.r.left_running(key, width),
                         hung,
                     ]
                 )

@@ -173,6 +173,7 @@ class Report(Tables):
                 [
                     self.label(key),
                     cancel or self.missing(key, f"cancel width={width}") or NA,
+                    (self.r.left_running(key, width) if width else None) or NA,
                     num(dur) if dur is not None else self.missing(key, "steps durable") or NA,
                 ]
             )
@@ -180,9 +181,18 @@ class Report(Tables):
         return (
             f"How tether compares with the engines you might pick instead{quick}: the overshoot "
             f"past a caller's 0.2 s deadline with {width} parallel steps whose checkpoint saves "
-            "all hang, and the time per step of a durable run. Every figure, the other scenarios "
+            "all hang, what the engine left running when it returned, and the time per step of "
+            "a durable run. Every figure, the other scenarios "
             "and the machine: [docs/benchmarks.md](docs/benchmarks.md) (`just bench-peers`).\n\n"
-            + table(["engine", "deadline overshoot p50 / p99, ms", "durable µs per step"], rows)
+            + table(
+                [
+                    "engine",
+                    "deadline overshoot p50 / p99, ms",
+                    "left running: tasks / threads",
+                    "durable µs per step",
+                ],
+                rows,
+            )
             + "\n![The overshoot past the caller's deadline, per engine]"
             "(docs/images/bench-cancel.png)\n"
         )
