@@ -445,7 +445,8 @@ def main(quick: bool) -> None:
     print_environment(quick)
     print(
         f"target:   1 store write per renewal interval however many runs are held "
-        f"(DESIGN 7); per-step\n          time now/before is reported, above {SLOWER:g}x flagged"
+        f"(docs/explanation/ownership.md);\n          per-step time now/before is reported, "
+        f"above {SLOWER:g}x flagged"
     )
     print()
     summary = part1(quick)

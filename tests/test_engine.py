@@ -1,4 +1,7 @@
-"""The engine's core guarantees (DESIGN.md §1-3), in virtual time."""
+"""The engine's core guarantees, in virtual time.
+
+What they are: docs/explanation/architecture.md and failure-modes.md.
+"""
 
 from __future__ import annotations
 

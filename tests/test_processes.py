@@ -1,4 +1,4 @@
-"""One owner per run, across real processes, on real time (DESIGN.md §7).
+"""One owner per run, across real processes, on real time (docs/explanation/ownership.md).
 
 Every test launches ``tests/_lease_process.py`` as separate OS processes on
 one SQLite file or one FileStore folder:
@@ -815,7 +815,8 @@ def test_a_claim_landing_after_its_caller_gave_up_is_released(
     The engine keeps executing another run, so its owner heartbeat stays
     fresh. The run whose claim landed after ``run(timeout=)`` gave up is
     executed by nobody: it must be released (``executing`` false) within a
-    few ``lease_ttl`` (DESIGN.md §7, Release), so another process can resume it.
+    few ``lease_ttl`` (docs/explanation/ownership.md), so another process can resume
+    it.
     """
     path, holder = locked_sqlite
     ttl = 1.0

@@ -1,4 +1,7 @@
-"""Streaming steps (DESIGN.md §4): prompt cleanup, one end hook, journal and replay."""
+"""Streaming steps: prompt cleanup, one end hook, journal and replay.
+
+What they promise: docs/reference/api.md, "Streaming steps and live runs".
+"""
 
 from __future__ import annotations
 
