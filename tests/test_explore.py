@@ -24,7 +24,7 @@ import trio
 from hypothesis import HealthCheck, find, settings
 
 import tether
-from tether import _ownership, _parallel, _saver, _steps
+from tether import _ownership, _parallel, _saver, _shields, _steps
 from tether.stores import Entry, RunRecord, _memory
 from tether.testing import (
     FAULT_KINDS,
@@ -256,7 +256,7 @@ PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
     # A task parked for its saves: a parallel() block waiting for its
     # children's records, or a step queued behind a save in flight.
     "parked wait unshielded": (
-        _saver.Parked,
+        _shields.Parked,
         "abort",
         "if saver.caller_cancelled:",
         "if True:",

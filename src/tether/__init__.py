@@ -6,6 +6,7 @@ crashes, fails or times out resumes without repeating finished steps.
 
 from ._ask import ask as ask
 from ._children import child as child
+from ._cleanup_scope import cleanup_scope as cleanup_scope
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._codec_registry import register_type as register_type
@@ -61,7 +62,6 @@ from ._retry import Retry as Retry
 from ._schedule import Schedule as Schedule
 from ._schedule import schedule as schedule
 from ._stream import Stream as Stream
-from ._stream import cleanup_scope as cleanup_scope
 from ._stream import open_stream as open_stream
 from ._timers import sleep as sleep
 from ._timers import sleep_until as sleep_until

@@ -73,7 +73,7 @@ from ._ownership import owner_is_gone
 from ._parallel import KEYED_MARKER, KeyedCall
 from ._requests import Paused
 from ._run import RunState
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from ._timers import Waiting
 from ._workflow import Workflow
 from .stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow

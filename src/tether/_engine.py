@@ -42,9 +42,9 @@ from ._events import OpenRun
 from ._hooks import Hooks
 from ._nurseries import exit_nursery
 from ._ownership import Leases, engine_closed, engine_opened, new_owner
-from ._saver import StoreErrors
 from ._serving import live_workers
 from ._signals import send
+from ._store_calls import StoreErrors
 from ._workflow import Workflow
 from .stores._protocol import RunRecord, RunStatus, Served, Store, WorkerAd
 

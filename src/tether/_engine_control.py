@@ -18,7 +18,7 @@ from ._engine_info import Defined, check_not_cancelled, decode_result, pending_r
 from ._errors import RunConflictError, RunFailedError, RunNotFoundError
 from ._ownership import Leases, owner_is_gone
 from ._requests import Paused
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from ._workflow import Workflow
 from .stores._leases import version_conflict
 from .stores._protocol import ErrorInfo, RunRecord, RunStatus, Store, utcnow

@@ -18,8 +18,8 @@ from ._codec import codec
 from ._errors import CheckpointCorruptError, CodecError, RunCancelledError
 from ._ownership import owner_is_gone
 from ._requests import Request, request_from_json
-from ._saver import StoreErrors
 from ._serving import stranded_records
+from ._store_calls import StoreErrors
 from ._workflow import Workflow
 from .stores._protocol import Entry, ErrorInfo, RunRecord, RunStatus, Store
 from .stores._queue import check_run_filter

@@ -36,7 +36,7 @@ from ._execution import Execution
 from ._hooks import Hooks
 from ._ownership import Leases
 from ._run import RunState
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from ._workflow import Workflow
 from .stores._leases import version_conflict
 from .stores._protocol import RunRecord, RunStatus, Store, utcnow

@@ -54,7 +54,8 @@ from ._outcomes import Outcomes
 from ._ownership import Leases
 from ._replay import Replay
 from ._run import RunState
-from ._saver import Parked, StoreErrors
+from ._shields import Parked
+from ._store_calls import StoreErrors
 from ._workflow import Workflow
 from .stores._protocol import EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
 

@@ -22,7 +22,7 @@ from ._errors import NonDeterminismError, RunCancelledError
 from ._hooks import HookEvent
 from ._receive import wake_if_sent
 from ._requests import Paused, Request, request_to_json
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from ._timers import Waiting
 from .stores._protocol import RunRecord, RunStatus, utcnow
 

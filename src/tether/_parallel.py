@@ -27,7 +27,7 @@ from ._errors import UsageError
 from ._events import CheckpointStored, StepFinished
 from ._frame import Frame, check_key, current_frame, frame_var
 from ._run import RunState, Wait
-from ._saver import Parked
+from ._shields import Parked
 from ._steps import _HANDED_OFF, _check_arguments, execute_step
 from .stores._protocol import Entry
 

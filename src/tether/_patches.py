@@ -30,7 +30,7 @@ from typing import Final, Protocol, TypeVar
 from ._errors import UsageError
 from ._frame import current_frame
 from ._replay import REPLAYED
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from .stores._protocol import EntryKind, EntryStatus, RunStatus, Store, utcnow
 
 __all__ = ("deprecate_patch", "on_old_path", "patched")

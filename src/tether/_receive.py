@@ -47,8 +47,8 @@ from ._frame import check_key, current_frame
 from ._ownership import Leases
 from ._replay import json_kind
 from ._run import RunState
-from ._saver import StoreErrors
 from ._signals import mailbox
+from ._store_calls import StoreErrors
 from .stores._mailbox import Message, check_message_name
 from .stores._protocol import Entry, EntryKind, RunStatus, Store, utcnow
 

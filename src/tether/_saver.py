@@ -33,72 +33,28 @@ before Trio delivers it to any task of the run.
 *Tracked shields* (:meth:`Saver.tracked_scope`) are for the other calls that
 must survive framework cancellation and yield to the caller's: an inline
 save, status writes, end hooks. :meth:`Saver.cancel_by_caller` lifts them.
+Those shields and the parked waits are the saver's base,
+:class:`~tether._shields.Shields`; how a store is called (its errors, its
+``append_nowait``) is in ``_store_calls``. This module holds the queue and
+the saver task.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
-from typing import Any, TypeVar, final
+from collections.abc import Callable, Sequence
+from typing import final
 
 import outcome
 import trio
 
 from ._errors import LeaseLostError, SaveTimeoutError, StoreError, TetherError
+from ._shields import Parked, Shields
+from ._store_calls import StoreErrors, nowait_append
 from .stores._protocol import Entry, EntryKind, Store
 
-__all__ = ("Parked", "Saver", "StoreErrors", "nowait_append")
-
-T = TypeVar("T")
-
-#: A store's non-blocking append: ``append_nowait(run_id, entries) -> stored entries``.
-NowaitAppend = Callable[[str, Sequence[Entry]], Sequence[Entry]]
-
-
-class StoreErrors:
-    """Turns a store's own exceptions (``OSError``, a driver's) into :class:`StoreError`.
-
-    tether's errors and ``BaseException``s (``Cancelled``) pass through as they are.
-    """
-
-    __slots__ = ("what",)
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, etype: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, Exception) and not isinstance(exc, TetherError):
-            raise StoreError(f"{self.what} failed: {exc!r}") from exc
-
-
-def nowait_append(store: Store) -> NowaitAppend | None:
-    """The store's ``append_nowait``, when the engine may call it in place of ``append``.
-
-    An optional store method: ``append_nowait(run_id, entries)`` does what
-    ``append`` does, synchronously and without a checkpoint, and returns the
-    stored entries. The engine may hand it entries whose ``seq`` is already
-    set, to the seq it expects them to get (see :meth:`Saver.start_numbering`):
-    the store still numbers them itself, and may keep such an entry as it is
-    when the guess is right. It is used only while ``store.append`` is the
-    very method of the class that defines ``append_nowait``: a subclass that
-    overrides ``append``, or an ``append`` patched on the instance, keeps its
-    effect (``append`` is the pinned fault-injection point).
-    """
-    fn = getattr(store, "append_nowait", None)
-    if not callable(fn) or "append" in getattr(store, "__dict__", ()):
-        return None
-    cls = type(store)
-    owner = next((k for k in cls.__mro__ if "append_nowait" in vars(k)), None)
-    if owner is None or getattr(cls, "append", None) is not vars(owner).get("append"):
-        return None
-    return fn  # type: ignore[no-any-return]
+__all__ = ("Saver",)
 
 
 def _twin(exc: BaseException) -> BaseException:
@@ -128,30 +84,6 @@ def _holds_cancelled(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
-@final
-class Parked:
-    """A task parked by :meth:`Saver.park`, until :meth:`Saver.wake` or the caller ends it."""
-
-    __slots__ = ("done", "raise_cancel", "saver", "task")
-
-    def __init__(self, saver: Saver) -> None:
-        self.saver = saver
-        self.task: trio.lowlevel.Task | None = None
-        self.raise_cancel: Callable[[], Any] | None = None
-        self.done = False
-
-    def abort(self, raise_cancel: Callable[[], Any]) -> trio.lowlevel.Abort:
-        saver = self.saver
-        if saver.caller_cancelled:
-            self.done = True
-            saver._parked.pop(self, None)
-            return trio.lowlevel.Abort.SUCCEEDED
-        # Framework-owned: the wait goes on, as under a shield. Should the
-        # caller cancel later, cancel_by_caller raises it with raise_cancel.
-        self.raise_cancel = raise_cancel
-        return trio.lowlevel.Abort.FAILED
-
-
 class _Pending:
     """One save in the queue: its entries, its deadline, and whom it is delivered to."""
 
@@ -171,7 +103,7 @@ class _Pending:
 
 
 @final
-class Saver:
+class Saver(Shields):
     """The saves and shielded calls of one execution (see the module doc).
 
     Args:
@@ -181,16 +113,8 @@ class Saver:
     """
 
     def __init__(self, store: Store, run_id: str, save_timeout: float) -> None:
+        super().__init__(run_id, save_timeout)
         self.store = store
-        self.run_id = run_id
-        self.save_timeout = save_timeout
-        #: the caller cancelled (or the lease was lost): set by the watcher,
-        #: sticky: saves and shielded calls from now on do not wait at all
-        self.caller_cancelled = False
-        #: tracked shields open now (cut short by cancel_by_caller)
-        self.shields: set[trio.CancelScope] = set()
-        #: the execution's: the store refused a write's token (the lease is gone)
-        self.lose: Callable[[LeaseLostError], None] | None = None
         #: where the saver task runs: the execution's guard nursery
         self.nursery: trio.Nursery | None = None
         #: a child run's (tether.child): its parent execution's saver, whose run's
@@ -202,7 +126,6 @@ class Saver:
         self.next_seq: int | None = None
         self._busy = False  # a save is in flight (inline, or the saver task's batch)
         self._queue: list[_Pending] = []
-        self._parked: dict[Parked, None] = {}  # tasks parked now, in order
 
     def __repr__(self) -> str:
         return f"<tether saver of run {self.run_id!r}: {len(self._queue)} queued>"
@@ -337,11 +260,6 @@ class Saver:
             return f"saving the responses {keys} in run {self.run_id!r}"
         return f"saving {'step' if len(entries) == 1 else 'steps'} {keys} in run {self.run_id!r}"
 
-    def _lost(self, exc: LeaseLostError) -> None:
-        # The store refused the write's token: another owner has the run.
-        if self.lose is not None:
-            self.lose(exc)
-
     # -- the saver task --------------------------------------------------------------
 
     def _next(self) -> None:
@@ -440,127 +358,3 @@ class Saver:
         else:
             assert pending.on_done is not None
             pending.on_done(result)
-
-    # -- parked tasks ------------------------------------------------------------------
-
-    async def park(self, parked: Parked) -> Any:
-        """Wait until :meth:`wake` ends the wait; return what it was woken with.
-
-        The run's own cancellation does not end the wait; the caller's does,
-        at once (``trio.Cancelled``). A task parked under a shield of the
-        user's own, which the caller's cancellation cannot reach, is woken
-        with a :class:`StoreError` instead.
-        """
-        parked.task = trio.lowlevel.current_task()
-        self._parked[parked] = None
-        return await trio.lowlevel.wait_task_rescheduled(parked.abort)
-
-    def keep_waiting(self, task: trio.lowlevel.Task, raise_cancel: Callable[[], Any]) -> Parked:
-        """Track a wait of *task* that the run's own cancellation did not end, as :meth:`park` does.
-
-        For a task blocked elsewhere whose abort refused this run's own
-        cancellation (a child run's watcher, see ``Execution``):
-        :meth:`cancel_by_caller` ends its wait with *raise_cancel*, and
-        :meth:`wake` with anything else.
-        """
-        parked = Parked(self)
-        parked.task = task
-        parked.raise_cancel = raise_cancel
-        self._parked[parked] = None
-        return parked
-
-    def wake(self, parked: Parked, result: outcome.Outcome[Any]) -> None:
-        """End *parked*'s wait with *result* (nothing, if its wait has ended already)."""
-        if not parked.done:
-            parked.done = True
-            self._parked.pop(parked, None)
-            assert parked.task is not None
-            trio.lowlevel.reschedule(parked.task, result)
-
-    # -- caller cancellation -------------------------------------------------------------
-
-    def cancel_by_caller(self) -> None:
-        """The caller cancelled: cut every shielded call and every wait short, now and later.
-
-        Call it once the caller's cancellation has been delivered down the
-        run's cancel tree (after cancelling the guard nursery). Each tracked
-        shield is lifted, so the caller's own cancellation reaches the call
-        and propagates from it directly; the scope is cancelled too, so a call
-        that user code wrapped in a shield of its own is cut short all the
-        same. Parked tasks that the run's own cancellation had reached before
-        (they kept waiting through it) are woken with their ``Cancelled``;
-        those under a shield of the user's own, which no cancellation
-        reaches, with a :class:`StoreError`. (The others were woken by Trio
-        already: see :class:`Parked`.)
-        """
-        self.caller_cancelled = True
-        for scope in self.shields:
-            scope.shield = False
-            scope.cancel()
-        for parked in list(self._parked):
-            if parked.raise_cancel is not None:
-                self.wake(parked, outcome.capture(parked.raise_cancel))
-            else:
-                self.wake(
-                    parked,
-                    outcome.Error(
-                        StoreError(
-                            f"a save of run {self.run_id!r} was cut short by the caller's "
-                            "cancellation; the record may not be stored (resuming is safe)"
-                        )
-                    ),
-                )
-
-    def tracked_scope(self, seconds: float) -> trio.CancelScope:
-        """A new scope shielded from framework cancellation for *seconds*, tracked.
-
-        :meth:`cancel_by_caller` cuts it short; the caller of this method
-        enters it and removes it from :attr:`shields` once it has exited.
-        """
-        scope = trio.CancelScope(
-            shield=not self.caller_cancelled, deadline=trio.current_time() + seconds
-        )
-        if self.caller_cancelled:
-            # The verdict is sticky: a scope opened after the caller
-            # cancelled does not wait at all.
-            scope.cancel()
-        self.shields.add(scope)
-        return scope
-
-    async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Await ``afn(*args)`` in a tracked shield, bounded by ``save_timeout``.
-
-        *what* names the operation and its run in error messages. A sibling's
-        failure cannot interrupt it; the caller's cancellation can (the scope
-        is cut short by :meth:`cancel_by_caller`, or starts cut short if the
-        caller has already cancelled), and so can ``save_timeout``.
-
-        Raises:
-            trio.Cancelled: the caller cancelled.
-            SaveTimeoutError: ``save_timeout`` expired first.
-            StoreError: cut short by the caller under a shield of the user's own.
-            LeaseLostError: the store refused the write's token (the run stops).
-        """
-        scope = self.tracked_scope(self.save_timeout)
-        try:
-            with scope:
-                return await afn(*args)
-        except LeaseLostError as exc:
-            self._lost(exc)
-            raise
-        finally:
-            self.shields.discard(scope)
-        # Only reached when the scope caught a cancellation: never pretend the
-        # call returned. The caller's cancellation normally propagates through
-        # the lifted shield and never gets here; under a shield of the user's
-        # own it does, and this checkpoint raises Cancelled if anything can.
-        if self.caller_cancelled:
-            await trio.lowlevel.checkpoint()
-            raise StoreError(
-                f"{what} was cut short by the caller's cancellation; "
-                "the record may not be stored (resuming is safe)"
-            )
-        raise SaveTimeoutError(
-            f"{what} did not finish within save_timeout="
-            f"{self.save_timeout}s; the store may be hung (resuming is safe)"
-        )

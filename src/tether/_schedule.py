@@ -57,7 +57,7 @@ from ._clock import Clock, sleep_until
 from ._engine import Engine
 from ._engine_inputs import encode_args
 from ._errors import CodecError, RunConflictError, StoreError, UsageError
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from ._workflow import Workflow
 from .stores._protocol import RunRecord, Store
 

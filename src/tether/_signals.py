@@ -28,7 +28,7 @@ from ._errors import (
     UsageError,
     WorkflowNotFoundError,
 )
-from ._saver import StoreErrors
+from ._store_calls import StoreErrors
 from .stores._mailbox import FINISHED, MailboxStore, check_message_name, mailbox_of
 from .stores._protocol import RunRecord, Store
 

@@ -18,60 +18,49 @@ Closing a stream does, in order and exactly once:
 The first error of these wins and is raised by every close; it never replaces
 an error that was already stopping the stream (that one propagates, the
 superseded one is logged).
+
+The producer task and its state are the stream's base,
+:class:`~tether._stream_producer.Producer`; this module holds the consumer's
+side: the block, the items and the close. ``cleanup_scope`` is in
+``_cleanup_scope``.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
-import math
-from collections.abc import Iterator
 from types import GenericAlias, TracebackType
-from typing import Any, Generic, TypeVar, final
+from typing import Any, TypeVar, final
 
 import attrs
 import trio
 
 from ._codec import codec
 from ._codec_json import digest
-from ._error_info import error_info, note_key
+from ._error_info import note_key
 from ._errors import (
     CodecError,
     StreamClosed,
     UsageError,
 )
-from ._events import CheckpointStored, StepFinished, StepStarted, StreamItem
-from ._frame import Frame, check_key, current_frame, frame_var
+from ._events import StepFinished, StepStarted
+from ._frame import check_key, current_frame
 from ._hooks import HookEvent
 from ._nurseries import exit_nursery
 from ._replay import undecodable
-from ._run import RunState
+from ._stream_producer import END, Failed, Item, Producer
 from ._workflow import StreamStep
 from .stores._protocol import Entry, EntryKind, EntryStatus, utcnow
 
-__all__ = ("Stream", "cleanup_scope", "open_stream")
+__all__ = ("Stream", "open_stream")
 
 log = logging.getLogger("tether")
 
 T = TypeVar("T")
 
 
-@attrs.frozen
-class _Item:
-    value: Any
-
-
-@attrs.frozen
-class _Failed:
-    error: Exception
-
-
-_END: Any = object()
-
-
 @final
-class Stream(Generic[T]):
+class Stream(Producer[T]):
     """The items of a streaming step, made by :func:`open_stream`.
 
     Use it as ``async with tether.open_stream(s, *args) as items:`` and
@@ -79,45 +68,26 @@ class Stream(Generic[T]):
     wait for an item at a time.
     """
 
+    #: the journal key, fixed when :func:`open_stream` was called (with its position)
+    key: str
+
     def __init__(self, step: StreamStep[..., T], args: tuple[Any, ...], key: str | None) -> None:
         if not isinstance(step, StreamStep):
             raise UsageError(f"open_stream() takes a @tether.stream_step, not {step!r}")
         if key is not None:
             check_key(key)
         frame = current_frame(f"stream step {step.name!r}")
-        self._frame = frame
-        self._run: RunState = frame.run
-        self._step = step
-        self._args = args
-        #: the journal key, fixed when :func:`open_stream` was called (with its position)
-        self.key: str
-        self.key, self._position = frame.next_call(step.name, key or step.key)
-        self._what = f"stream {self.key} of run {self._run.run_id!r}"
+        # the producer's state (see Producer), with the key fixed now
+        super().__init__(frame, step, args, *frame.next_call(step.name, key or step.key))
         self._entered = False
         # replay
         self._replay: collections.deque[T] | None = None
-        # live: the producer
+        # live: the producer's nursery
         self._manager: Any = None
-        self._scope = trio.CancelScope()  # the producer's; cancelled to stop it
-        self._producer_done = trio.Event()
-        self._event: HookEvent | None = None
-        self._digest = ""
-        self._started_at = utcnow()
-        self._texts: list[str] = []  # the items produced so far, encoded
-        # the hand-over: the consumer asks, the producer replies
-        self._wanted = trio.Event()
+        # the consumer's side of the hand-over
         self._asked = False
-        # waits that end when the other side sets the event (see RunState.wait)
-        self._producer_wait = self._run.wait()
-        self._consumer_wait = self._run.wait()
-        self._ready = trio.Event()
-        self._reply: Any = None
         self._waiting = False  # a task is waiting in __anext__
         self._ended = False  # the consumer saw the end (or the producer's error)
-        # how it ended
-        self._exhausted = False  # journaled as completed
-        self._failure: Exception | None = None  # the producer's error
-        self._cleanup_error: Exception | None = None
         # closing
         self._closing = False
         self._closed = trio.Event()
@@ -256,137 +226,15 @@ class Stream(Generic[T]):
         reply, self._reply = self._reply, None
         self._ready = trio.Event()
         self._asked = False
-        if reply is _END:
+        if reply is END:
             self._ended = True
             raise StopAsyncIteration
-        if isinstance(reply, _Failed):
+        if isinstance(reply, Failed):
             self._ended = True
             raise reply.error
-        assert isinstance(reply, _Item)
+        assert isinstance(reply, Item)
         value: T = reply.value
         return value
-
-    def _hand_over(self, reply: Any) -> None:
-        self._reply = reply
-        self._consumer_wait.end()
-        self._ready.set()
-
-    async def _produce(self) -> None:
-        run = self._run
-        step = self._step
-        token = frame_var.set(Frame(run, self.key, trio.lowlevel.current_task()))
-        try:
-            with self._scope:
-                try:
-                    agen: Any = step.fn(*self._args)
-                except Exception as exc:  # wrong arguments, say
-                    await self._wait_wanted()
-                    self._fail(exc)
-                    return
-                try:
-                    await self._produce_items(agen)
-                finally:
-                    # The generator's cleanup runs here, in this task, under
-                    # this scope's cancellation when the stream was closed.
-                    try:
-                        await agen.aclose()
-                    except Exception as exc:
-                        self._note_cleanup_error(exc)
-                    except BaseExceptionGroup as group:
-                        # A generator that yields inside a nursery of its own
-                        # raises the GeneratorExit of aclose() in a group (as
-                        # trio.as_safe_channel notes): that part is no error.
-                        # Errors are kept as the cleanup error; a Cancelled
-                        # in it goes on (to this scope, or further out).
-                        _, rest = group.split(GeneratorExit)
-                        cancelled, rest = rest.split(trio.Cancelled) if rest else (None, None)
-                        if isinstance(rest, Exception):
-                            self._note_cleanup_error(rest)
-                        elif rest is not None:
-                            raise rest from None
-                        if cancelled is not None:
-                            raise cancelled from None
-        finally:
-            frame_var.reset(token)  # no cycle of task, context and frame
-            self._producer_done.set()
-            run.task_done()
-
-    async def _wait_wanted(self) -> None:
-        # Waiting for the consumer does not keep the run from settling.
-        with self._producer_wait:
-            await self._wanted.wait()
-
-    def _note_cleanup_error(self, exc: Exception) -> None:
-        note_key(exc, self.key)
-        self._cleanup_error = exc
-
-    async def _produce_items(self, agen: Any) -> None:
-        run = self._run
-        step = self._step
-        while True:
-            await self._wait_wanted()
-            self._wanted = trio.Event()
-            index = len(self._texts)
-            try:
-                item = await agen.__anext__()
-                # Snapshot now, synchronously: what is journaled is the item
-                # as it was produced, whatever the consumer does with it.
-                text, decoded = codec.snapshot(
-                    item, step.item_type, what=f"item {index} of {self._what}"
-                )
-            except StopAsyncIteration:
-                try:
-                    await self._journal_completed()
-                except Exception as exc:
-                    self._fail(exc)
-                    return
-                self._hand_over(_END)
-                return
-            except Exception as exc:
-                self._fail(exc)
-                return
-            self._texts.append(text)
-            run.emit(
-                StreamItem(
-                    run_id=run.run_id, key=self.key, name=step.name, index=index, item=decoded
-                )
-            )
-            self._hand_over(_Item(decoded))
-
-    def _fail(self, exc: Exception) -> None:
-        note_key(exc, self.key)
-        self._failure = exc
-        self._hand_over(_Failed(exc))
-
-    def _entry(self, status: EntryStatus, reason: BaseException | None) -> Entry:
-        return Entry(
-            run_id=self._run.run_id,
-            key=self.key,
-            kind=EntryKind.STREAM,
-            status=status,
-            value=f"[{','.join(self._texts)}]",
-            error=None if reason is None else error_info(reason),
-            args_digest=self._digest,
-            started_at=self._started_at,
-            finished_at=utcnow(),
-            token=self._run.token,
-            position=self._position,
-        )
-
-    async def _journal_completed(self) -> None:
-        run = self._run
-        [stored] = await run.save((self._entry(EntryStatus.COMPLETED, None),))
-        self._exhausted = True
-        run.emit(
-            CheckpointStored(run_id=run.run_id, key=self.key, name=self._step.name, entry=stored)
-        )
-        if self._event is not None:
-            await run.saver.shielded(
-                f"hook on_checkpoint for {self.key} in run {run.run_id!r}",
-                run.hooks.call,
-                "on_checkpoint",
-                attrs.evolve(self._event, entry=stored),
-            )
 
     # -- closing -----------------------------------------------------------------
 
@@ -536,39 +384,3 @@ def open_stream(step: StreamStep[..., T], *args: Any, key: str | None = None) ->
         UsageError: *step* is not a stream step, or the key is invalid.
     """
     return Stream(step, args, key)
-
-
-@contextlib.contextmanager
-def cleanup_scope(timeout: float) -> Iterator[trio.CancelScope]:
-    """A bounded shield for cleanup that must await: ``with tether.cleanup_scope(2.0):``.
-
-    A generator's cleanup runs under the cancellation that closed it, so an
-    unshielded ``await`` in its ``finally`` raises ``trio.Cancelled`` at once.
-    Awaits inside this block are shielded from that, for at most *timeout*
-    seconds (then they are cancelled and the block is left, like
-    ``trio.move_on_after``). Inside a run, the caller's cancellation (an
-    enclosing deadline, ``timeout=``, Ctrl-C) still cuts it short, as it does
-    a shielded save: the caller is never held.
-
-    Raises:
-        UsageError: *timeout* is not a positive number of seconds.
-    """
-    if (
-        not isinstance(timeout, int | float)
-        or isinstance(timeout, bool)
-        or math.isnan(timeout)
-        or timeout <= 0
-    ):
-        raise UsageError(f"cleanup_scope() takes a positive number of seconds, not {timeout!r}")
-    frame = frame_var.get()
-    run = frame.run if frame is not None else None
-    if run is None:
-        scope = trio.CancelScope(shield=True, deadline=trio.current_time() + timeout)
-    else:
-        scope = run.saver.tracked_scope(timeout)
-    try:
-        with scope:
-            yield scope
-    finally:
-        if run is not None:
-            run.saver.shields.discard(scope)

@@ -1,61 +1,20 @@
 """A store on PostgreSQL: pooled sync connections in worker threads, group commit.
 
-Layout (schema version 4, kept in ``{schema}.tether_schema``), in a
-PostgreSQL schema of its own (``schema=``, default ``tether``)::
+Every call runs one short transaction on a pooled connection in a Trio
+worker thread, cut when its caller leaves and retried on transient
+failures; appends are group-committed by one writer thread; a write of a
+run record, and a message sent to a run, notifies (``pg_notify``, delivered
+at commit) what :meth:`PostgresStore.watch` turns into wake-ups.
 
-    tether_schema(version integer)              -- one row: the schema version
-    runs(id bigint IDENTITY UNIQUE,             -- creation order (and keyset pages)
-         run_id text PRIMARY KEY,
-         data text NOT NULL,                    -- RunRecord.to_json(), JSON text
-         status text, workflow text,            -- copies for listings and workers,
-                                                -- indexed with id
-         owner text, token bigint, cancel boolean,  -- copies of data's lease fields
-         version text,                          -- copy of the workflow version
-         wake_at timestamptz)                   -- copy of a waiting run's wake_at, indexed
-    entries(run_id text, seq integer,
-            ikey text,                          -- Entry.idempotency_key
-            data text,                          -- Entry.to_json(), JSON text
-            PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
-    messages(run_id text, seq integer,          -- runs' mailboxes
-             data text,                         -- Message.to_json(), JSON text
-             PRIMARY KEY (run_id, seq))
-    owners(owner text PRIMARY KEY,              -- one row per lease holder:
-           expires timestamptz,                 -- its leases' expiry, database clock
-           last_claim text)                     -- its latest worker claim (retries)
-    workers(owner text PRIMARY KEY,             -- one row per live worker:
-            serves text,                        -- its (workflow, version) pairs, JSON
-            expires timestamptz)                -- until when, database clock
-
-Records are stored as the exact JSON text every tether store writes (not
-``jsonb``, which would normalize it), and read back with the same strict
-decoders: a row that does not decode is :class:`~tether.CheckpointCorruptError`
-naming the run, the table and the row. The schema is created, or migrated,
-by :meth:`PostgresStore.open` under a transaction-scoped advisory lock, so
-many processes may open a fresh database at once.
-
-A lease is per owner: renewing every run an engine holds is one row's
-update. Lease expiry is measured on the database's clock
-(``clock_timestamp()``), so the clocks of the machines never matter. Every
-write about a run locks its row (``SELECT ... FOR UPDATE``), decides with the
-shared rules of :mod:`._leases`, :mod:`._queue` and :mod:`._mailbox`, and
-writes, in one short transaction; a write of a run record, and a message
-sent to a run, also sends a notification (``pg_notify``, delivered at
-commit) that :meth:`PostgresStore.watch` turns into wake-ups.
-
-Appends are group-committed: one writer thread takes every append queued
-while its previous transaction ran and stores them in one transaction of a
-few statements (the run rows locked in ``run_id`` order, their highest seqs,
-one ``INSERT ... SELECT FROM unnest(...)``). If that fails (most likely an
-entry that is already stored), the batch is redone job by job, each in a
-savepoint, looking duplicates up, so one bad job fails alone.
-
-The store is four modules, each using only the ones before it:
+The store is six modules, each using only the ones before it:
+:mod:`._postgres_sql` (the layout, the schema, its migrations and the statements),
 :mod:`._postgres_conn` (the pool, calls in threads, cutting a call whose
 caller left, retries, the password kept out of messages),
 :mod:`._postgres_tables` (the migration, each call's transaction, decoding
-rows), :mod:`._postgres_writer` (group commit), and this one, the store
-itself: its options, its lifetime, the protocol's async methods and
-:meth:`PostgresStore.watch`. The SQL is in :mod:`._postgres_sql`.
+rows), :mod:`._postgres_writer` (group commit),
+:mod:`._postgres_lifetime` (opening, and closing in bounded time), and this
+one, the store itself: its options, the protocol's async methods and
+:meth:`PostgresStore.watch`.
 """
 
 from __future__ import annotations
@@ -63,12 +22,10 @@ from __future__ import annotations
 import collections
 import queue
 import re
-import threading
-import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 import trio
 
@@ -76,15 +33,13 @@ from .._errors import UsageError
 from ._leases import check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._postgres_conn import Connections, _Abandoned, _Call, _describe, _psycopg
+from ._postgres_lifetime import close_store, open_store
 from ._postgres_sql import statements
 from ._postgres_tables import Tables
 from ._postgres_writer import Writer, _Job
 from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd, dumps_record
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
 from ._rows import Appending, encode_append
-
-if TYPE_CHECKING:
-    import psycopg_pool
 
 __all__ = ("PostgresStore",)
 
@@ -93,9 +48,6 @@ T = TypeVar("T")
 #: A schema name: lowercase, so that it means the same quoted and unquoted, and
 #: short enough for the notification channel ``tether_<schema>`` (63 bytes at most).
 _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
-#: How long :meth:`PostgresStore.close` lets calls in flight finish before it
-#: cuts their connections.
-_CLOSE_GRACE: Final = 5.0
 
 
 @final
@@ -261,82 +213,24 @@ class PostgresStore:
                 version is newer than this tether's.
             UsageError: the store is already open.
         """
-        conns = self._conns
-        if conns.is_open:
+        if self._conns.is_open:
             raise UsageError(f"{self!r} is already open")
-        conns.limiter = trio.CapacityLimiter(conns.pool_size)
-        await conns.retrying("opening the store", self._migrate_in_thread)
-        conns.open_pool()
-        conns.is_open = True
-        self._writer.start()
+        await open_store(self._conns, self._tables, self._writer)
 
     async def close(self) -> None:
         """Finish or cut the calls in flight, stop the writer thread, close the pool.
 
         A checkpoint. Appends queued are committed first; calls still in
-        flight (only abandoned ones, normally: their callers left) get
-        ``_CLOSE_GRACE`` seconds, then their connections are cut, so close
+        flight (only abandoned ones, normally: their callers left) get a
+        grace period (``CLOSE_GRACE`` in :mod:`._postgres_lifetime`, 5 s),
+        then their connections are cut, so close
         returns in bounded time even when the database hangs, and no thread
         of the store outlives it (a pool thread still connecting ends within
         ``connect_timeout``). Cancelled, it cuts everything at once, waits for
         the threads to notice, and re-raises. Safe to call when open failed
         or the store is closed.
         """
-        conns = self._conns
-        with conns.lock:  # no append is queued after the writer's stop sign
-            conns.is_open = False
-        writer, self._writer.thread = self._writer.thread, None
-        pool, conns.pool = conns.pool, None
-        if writer is None and pool is None:
-            await trio.lowlevel.checkpoint()
-            return
-        hurry = threading.Event()
-        finished = threading.Event()
-        # Whoever takes it shuts down: the thread, or this task when it was
-        # cancelled before the thread ran (waiting for a thread slot, or
-        # already cancelled on entry), so the shutdown happens exactly once
-        # and is always waited for.
-        claim = threading.Lock()
-
-        def shut_down() -> None:
-            if not claim.acquire(blocking=False):
-                return  # the closer took over
-            try:
-                self._shut_down(writer, pool, hurry)
-            finally:
-                finished.set()
-
-        try:
-            await trio.to_thread.run_sync(shut_down, abandon_on_cancel=True)
-        except BaseException:
-            hurry.set()
-            with trio.CancelScope(shield=True):
-                if claim.acquire(blocking=False):
-                    await trio.to_thread.run_sync(self._shut_down, writer, pool, hurry)
-                else:
-                    await trio.to_thread.run_sync(finished.wait)
-            raise
-
-    def _shut_down(
-        self,
-        writer: threading.Thread | None,
-        pool: psycopg_pool.ConnectionPool[Any] | None,
-        hurry: threading.Event,
-    ) -> None:
-        deadline = time.monotonic() + _CLOSE_GRACE
-        if writer is not None:
-            self._writer.stop(writer, deadline, hurry)
-        self._conns.shut_down(pool, deadline, hurry)
-
-    async def _migrate_in_thread(self, retrying: bool) -> None:
-        call = _Call()
-        try:
-            await trio.to_thread.run_sync(
-                self._conns.direct, call, self._tables.migrate, abandon_on_cancel=True
-            )
-        except BaseException:
-            self._conns.cut(call)
-            raise
+        await close_store(self._conns, self._writer)
 
     # -- the protocol ----------------------------------------------------------------------
 

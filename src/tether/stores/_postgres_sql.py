@@ -1,9 +1,53 @@
-"""The SQL of the PostgreSQL store: its schema, its migrations and its statements.
+"""The SQL of the PostgreSQL store: its layout, its schema, its migrations and its statements.
 
-Plain text here, with ``{s}`` where the store's schema goes;
+Layout (schema version 4, kept in ``{schema}.tether_schema``), in a
+PostgreSQL schema of its own (``schema=``, default ``tether``)::
+
+    tether_schema(version integer)              -- one row: the schema version
+    runs(id bigint IDENTITY UNIQUE,             -- creation order (and keyset pages)
+         run_id text PRIMARY KEY,
+         data text NOT NULL,                    -- RunRecord.to_json(), JSON text
+         status text, workflow text,            -- copies for listings and workers,
+                                                -- indexed with id
+         owner text, token bigint, cancel boolean,  -- copies of data's lease fields
+         version text,                          -- copy of the workflow version
+         wake_at timestamptz)                   -- copy of a waiting run's wake_at, indexed
+    entries(run_id text, seq integer,
+            ikey text,                          -- Entry.idempotency_key
+            data text,                          -- Entry.to_json(), JSON text
+            PRIMARY KEY (run_id, seq), UNIQUE (run_id, ikey))
+    messages(run_id text, seq integer,          -- runs' mailboxes
+             data text,                         -- Message.to_json(), JSON text
+             PRIMARY KEY (run_id, seq))
+    owners(owner text PRIMARY KEY,              -- one row per lease holder:
+           expires timestamptz,                 -- its leases' expiry, database clock
+           last_claim text)                     -- its latest worker claim (retries)
+    workers(owner text PRIMARY KEY,             -- one row per live worker:
+            serves text,                        -- its (workflow, version) pairs, JSON
+            expires timestamptz)                -- until when, database clock
+
+Records are stored as the exact JSON text every tether store writes (not
+``jsonb``, which would normalize it), and read back with the same strict
+decoders: a row that does not decode is :class:`~tether.CheckpointCorruptError`
+naming the run, the table and the row. The schema is created, or migrated,
+by :meth:`PostgresStore.open <tether.PostgresStore.open>` under a
+transaction-scoped advisory lock, so many processes may open a fresh
+database at once.
+
+A lease is per owner: renewing every run an engine holds is one row's
+update. Lease expiry is measured on the database's clock
+(``clock_timestamp()``), so the clocks of the machines never matter. Every
+write about a run locks its row (``SELECT ... FOR UPDATE``), decides with the
+shared rules of :mod:`._leases`, :mod:`._queue` and :mod:`._mailbox`, and
+writes, in one short transaction; a write of a run record, and a message
+sent to a run, also sends a notification (``pg_notify``, delivered at
+commit) that :meth:`PostgresStore.watch <tether.PostgresStore.watch>` turns
+into wake-ups.
+
+The statements are plain text here, with ``{s}`` where the store's schema goes;
 :func:`statements` renders them once per store, quoting the schema with
 ``psycopg.sql.Identifier`` (psycopg is imported only then, so that importing
-tether does not need it). The layout is described in :mod:`._postgres`.
+tether does not need it).
 """
 
 from __future__ import annotations

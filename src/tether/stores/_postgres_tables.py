@@ -7,7 +7,7 @@ shared rules of :mod:`._leases` and :mod:`._queue`, and writes), the reads,
 and the strict decoding of rows back into records. Each method is
 synchronous and blocking, for a worker thread, and takes ``retrying``
 where an earlier attempt may have committed. The statements are in
-:mod:`._postgres_sql`; the layout is described in :mod:`._postgres`.
+:mod:`._postgres_sql`, with the layout.
 
 It is separate from :class:`~tether.PostgresStore` so that the store reads as
 the async surface (validation, threads, cancellation, retries) and this as
