@@ -26,7 +26,7 @@ from ._cli_args import import_modules, parse_value
 from ._cli_exits import EXIT_FAILED, EXIT_OK, BadUsage
 from ._cli_stores import StoreSpec
 from ._cli_text import json_text
-from ._codec import codec, describe
+from ._codec import codec
 from ._engine import Engine, open_engine
 from ._errors import (
     CodecError,
@@ -37,6 +37,7 @@ from ._errors import (
     UsageError,
     WorkflowNotFoundError,
 )
+from ._signals import refusal
 from ._workflow import lookup_workflow
 from .stores import Store
 
@@ -108,10 +109,9 @@ async def _typed(engine: Engine, run_id: str, name: str, text: str) -> Any:
     try:
         return codec.structure(value, tp, what=f"VALUE {text!r}")
     except CodecError as exc:
+        why = refusal(run_id, name, record.workflow, tp, f"VALUE {text}", exc)
         raise BadUsage(
-            f"{MessageRejectedError.__name__}: run {run_id!r}: message {name!r} must be "
-            f"{describe(tp)} (as workflow {record.workflow} declares it): {exc}"
-            f"{_as_text(text, value, tp)}; nothing was stored"
+            f"{MessageRejectedError.__name__}: {why}{_as_text(text, value, tp)}"
         ) from None
 
 

@@ -109,15 +109,23 @@ def encode_message(
     try:
         text, _ = codec.snapshot(value, tp, what=f"message {name!r}")
     except CodecError as exc:
-        # The codec's own words say why; a decode that failed says it best by its cause.
-        cause = exc.__cause__
-        why = str(exc) if cause is None else _explain(cause)
-        raise MessageRejectedError(
-            f"run {run_id!r} refused message {name!r}: workflow {workflow} declares it as "
-            f"{describe(tp)}, and the {type(value).__qualname__} value {show(value, 80)} is not "
-            f"one ({why}); nothing was stored"
-        ) from exc
+        shown = f"the {type(value).__qualname__} value {show(value, 80)}"
+        raise MessageRejectedError(refusal(run_id, name, workflow, tp, shown, exc)) from exc
     return text
+
+
+def refusal(run_id: str, name: str, workflow: str, tp: Any, shown: str, exc: CodecError) -> str:
+    """Why the message *name* (*shown*) does not fit the type *workflow* declares for it.
+
+    The one wording of a refused value, for ``engine.send`` and ``tether send``.
+    """
+    # The codec's own words say why; a decode that failed says it best by its cause.
+    cause = exc.__cause__
+    why = str(exc) if cause is None else _explain(cause)
+    return (
+        f"run {run_id!r} refused message {name!r}: workflow {workflow} declares it as "
+        f"{describe(tp)}, and {shown} is not one ({why}); nothing was stored"
+    )
 
 
 class _Declares(Protocol):
