@@ -19,6 +19,7 @@ test-quick:
 
 # ruff: lint and formatting
 lint:
+    lint-imports
     ruff check src tests benchmarks examples docs/_hooks
     ruff format --check src tests benchmarks examples docs/_hooks
 

@@ -48,7 +48,7 @@ import trio
 
 import tether
 from _env import print_environment
-from tether._codec import codec, digest
+from tether._codec._values import codec, digest
 from tether.stores import Entry, RunRecord, RunStatus, Store, utcnow
 
 BATCH = 1000  # entries per store.append while populating

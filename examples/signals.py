@@ -50,7 +50,7 @@ async def notify(parcel: str, place: str) -> str:
     return place
 
 
-@tether.workflow(name="shop.track", signals={"scan": Scan})
+@tether.workflow(name="shop.track", messages={"scan": Scan})
 async def track(parcel: str) -> list[str]:
     route: list[str] = []
     while True:

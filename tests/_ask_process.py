@@ -15,7 +15,7 @@ from pathlib import Path
 import trio
 
 import tether
-from tether._cli import StoreSpec
+from tether._cli._main import StoreSpec
 from tether.stores import Store
 
 

@@ -19,7 +19,7 @@ import attrs
 import pytest
 
 import tether
-from tether._cli import main
+from tether._cli._main import main
 
 SRC = Path(tether.__file__).resolve().parent.parent
 ROOT = SRC.parent

@@ -50,7 +50,7 @@ from typing import Any
 import trio
 
 import tether
-from tether._cli import StoreSpec
+from tether._cli._main import StoreSpec
 
 T_MAIN = time.monotonic()
 

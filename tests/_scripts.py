@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import tether
-from tether._cli import StoreSpec
+from tether._cli._main import StoreSpec
 from tether.stores import Store
 
 

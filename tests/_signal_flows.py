@@ -17,7 +17,7 @@ class Item:
     quantity: int
 
 
-@tether.workflow(name="tests.signals.cart", signals={"item": Item, "note": str})
+@tether.workflow(name="tests.messages.cart", messages={"item": Item, "note": str})
 async def cart(user: str) -> str:
     """Asks first (so the run pauses at once), then takes an item and a note."""
     await tether.ask({"user": user}, bool)
@@ -26,7 +26,7 @@ async def cart(user: str) -> str:
     return f"{user}: {item.quantity} x {item.sku} ({note})"
 
 
-@tether.workflow(name="tests.signals.plain")
+@tether.workflow(name="tests.messages.plain")
 async def plain() -> int:
     """Declares no messages."""
     return 1

@@ -38,7 +38,7 @@ async def took(i: int, value: int) -> int:
     return value
 
 
-@tether.workflow(name="tests.signals.receiver", signals={"n": int})
+@tether.workflow(name="tests.messages.receiver", messages={"n": int})
 async def receiver(count: int) -> list[int]:
     got = []
     for i in range(count):

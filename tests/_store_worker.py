@@ -10,7 +10,7 @@ import sys
 
 import trio
 
-from tether._cli import StoreSpec
+from tether._cli._main import StoreSpec
 from tether.stores import Entry, Store, utcnow
 
 

@@ -32,7 +32,8 @@ import trio
 import trio.testing
 
 import tether
-from tether._children import child_run_id
+from tether._api._children import child_run_id
+from tether._engine._engine import internals
 from tether.stores import Entry, EntryKind, RunStatus, Store
 from tether.testing import Crash, Do, FaultyStore, Hang, SimulatedCrash, TrioWallClock, explore
 from tether.testing._clock import ClockHoldingStore, hold_clock
@@ -556,7 +557,7 @@ async def test_the_callers_cancellation_is_prompt_and_leaves_both_resumable(
         with trio.move_on_after(2) as scope:
             await engine.run(waits, "q", run_id="q")
         assert scope.cancelled_caught and trio.current_time() == began + 2
-        await engine.leases.flush()
+        await internals(engine).leases.flush()
         for run_id in ("q", "q:child#0"):
             info = await engine.get_run(run_id)
             assert info is not None and info.status is RunStatus.RUNNING and not info.executing

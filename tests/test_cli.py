@@ -22,7 +22,7 @@ import pytest
 import trio
 
 import tether
-from tether._cli import main
+from tether._cli._main import main
 from tether.stores import RunRecord, Store
 
 from ._cli import Result, cli, run_tether, usage_error

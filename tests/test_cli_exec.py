@@ -32,7 +32,7 @@ import pytest
 import trio
 
 import tether
-from tether._cli_exits import EXIT_INTERRUPTED, EXIT_PAUSED, EXIT_TIMED_OUT
+from tether._cli._exits import EXIT_INTERRUPTED, EXIT_PAUSED, EXIT_TIMED_OUT
 
 from . import _cli_flows
 from ._cli import PATIENCE, cli, run_tether, tether_env, usage_error

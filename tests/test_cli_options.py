@@ -18,8 +18,7 @@ import pytest
 import trio
 
 import tether
-from tether._cli import main
-from tether._cli_exits import (
+from tether._cli._exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -27,6 +26,7 @@ from tether._cli_exits import (
     EXIT_TIMED_OUT,
     EXIT_USAGE,
 )
+from tether._cli._main import main
 from tether._version import __version__
 
 from ._cli import cli

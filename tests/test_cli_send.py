@@ -25,8 +25,8 @@ import pytest
 import trio
 
 import tether
-from tether._cli import main
-from tether._cli_exits import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_USAGE
+from tether._cli._exits import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_USAGE
+from tether._cli._main import main
 from tether.stores import Message, mailbox_of
 
 from . import _signal_flows
@@ -164,7 +164,7 @@ def test_without_the_workflows_module_it_is_a_usage_error_naming_import(tmp_path
     # A fresh process, where only what the command line imports is defined.
     alone = run_tether("send", "c-1", "note", "hi", "--store", spec, cwd=tmp_path)
     assert alone.returncode == EXIT_USAGE, alone.stderr
-    assert "tests.signals.cart" in alone.stderr and "--import MODULE" in alone.stderr
+    assert "tests.messages.cart" in alone.stderr and "--import MODULE" in alone.stderr
     assert messages_of(spec, "c-1") == []
     imported = run_tether(
         "send", "c-1", "note", "hi", "--import", FLOWS, "--store", spec, cwd=tmp_path

@@ -35,8 +35,8 @@ import pytest
 import trio
 
 import tether
-from tether._cli import main
-from tether._cli_stores import READ_RETRY_TIMEOUT, StoreSpec
+from tether._cli._main import main
+from tether._cli._stores import READ_RETRY_TIMEOUT, StoreSpec
 from tether.stores import RunStatus
 
 from . import _fleet

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tether
-from tether._codec import codec, dumps, loads
+from tether._codec._values import codec, dumps, loads
 from tether.stores import EntryStatus, RunStatus, Store
 
 from ._money import Price

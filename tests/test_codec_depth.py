@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import tether
-from tether._codec import MAX_DEPTH, codec, dumps, loads
+from tether._codec._values import MAX_DEPTH, codec, dumps, loads
 from tether.stores import RunStatus
 
 WHAT = "step x#0 of run 'r'"

@@ -20,8 +20,8 @@ import pytest
 import trio
 
 import tether
-from tether._cli import main
-from tether._codec import codec
+from tether._cli._main import main
+from tether._codec._values import codec
 from tether.stores import EntryKind, EntryStatus, RunStatus, Store
 
 from ._money import Price

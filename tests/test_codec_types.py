@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import tether
-from tether._codec import codec, dumps
+from tether._codec._values import codec, dumps
 from tether.stores import Store
 
 from .test_codec import Address, Level, Options, Pair, Perm, Size, assert_identical

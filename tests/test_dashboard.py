@@ -26,7 +26,7 @@ import pytest
 import trio
 
 import tether
-from tether._dashboard import Dashboard, open_dashboard, serve
+from tether._ui._app import Dashboard, open_dashboard, serve
 from tether.stores import EntryKind, RunStatus
 
 from . import _dashboard_flows as flows

@@ -26,12 +26,13 @@ import pytest
 import trio
 
 import tether
-from tether._cli import main
-from tether._cli_ui import INSTALL_HINT
-from tether._dashboard import Dashboard, dashboard_app, open_dashboard
-from tether._dashboard_page import SCRIPT_HASH, execution
-from tether._requests import Request, request_to_json
+from tether._cli._main import main
+from tether._cli._ui import INSTALL_HINT
+from tether._errors import Request
+from tether._ui._app import Dashboard, dashboard_app, open_dashboard
+from tether._ui._layout import SCRIPT_HASH, execution
 from tether.stores import EntryKind, RunRecord, RunStatus, utcnow
+from tether.stores._records import request_to_json
 
 from . import _dashboard_flows as flows
 

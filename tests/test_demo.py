@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tether
-from tether import _demo
-from tether._cli import main
+from tether._cli import _demo
+from tether._cli._main import main
 
 SRC = Path(tether.__file__).resolve().parent.parent
 

@@ -30,8 +30,8 @@ from tether.testing._deterministic import (
     SUPPORTED_TRIO,
     ScheduleTrace,
     TraceEvent,
-    _in_supported_range,
     check_trio_support,
+    in_supported_range,
     run_deterministic,
     seeded_schedule,
 )
@@ -350,13 +350,13 @@ def test_a_trio_whose_hook_changed_shape_is_refused(
     ],
 )
 def test_versions_are_read_as_pip_reads_them(version: str, supported: bool) -> None:
-    assert _in_supported_range(version) is supported
+    assert in_supported_range(version) is supported
     if version not in ("", "unknown", "0.35.x"):  # not PEP 440 versions at all
         assert SpecifierSet(RANGE, prereleases=True).contains(version) is supported
 
 
 def test_the_installed_trio_is_supported() -> None:
-    assert _in_supported_range(trio.__version__)
+    assert in_supported_range(trio.__version__)
     assert check_trio_support() is sys.modules["trio._core._run"]
 
 

@@ -19,8 +19,9 @@ import pytest
 import trio
 
 import tether
+from tether._engine._engine import internals
 from tether.stores import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
-from tether.stores._protocol import dumps_record, loads_record
+from tether.stores._record_json import dumps_record, loads_record
 from tether.stores._rows import encode_entry, generic_encode_entry
 
 from ._registry import saved_registry
@@ -198,7 +199,7 @@ async def test_user_code_cannot_swallow_a_divergence() -> None:
             return "swallowed"
 
     async with tether.open_engine(store) as engine:
-        engine.define(swallowing)
+        internals(engine).define(swallowing)
         with pytest.raises(tether.NonDeterminismError, match="at step audit#0"):
             await engine.resume("o")
         await assert_kept(engine, "o", entries)
@@ -560,7 +561,7 @@ async def test_a_workflow_changed_after_the_last_journaled_call_resumes() -> Non
         return f"{result} ({await audit(order)})"  # a step added after the journaled ones
 
     async with tether.open_engine(store) as engine:
-        engine.define(extended)
+        internals(engine).define(extended)
         assert await engine.resume("o") == "o-1: 12 (audited)"
 
 

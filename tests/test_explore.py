@@ -24,7 +24,9 @@ import trio
 from hypothesis import HealthCheck, find, settings
 
 import tether
-from tether import _ownership, _parallel, _saver, _shields, _steps
+from tether._api import _parallel, _steps
+from tether._core import _saver, _shields
+from tether._engine import _ownership
 from tether.stores import Entry, RunRecord, _memory
 from tether.testing import (
     FAULT_KINDS,

@@ -26,7 +26,7 @@ from tether.testing import (
     Raise,
     SimulatedCrash,
 )
-from tether.testing._faulty import _METHODS
+from tether.testing._faulty import METHODS
 
 from .conftest import make_store, reopen_store
 
@@ -134,7 +134,7 @@ def recording_store() -> tuple[FaultyStore, list[str]]:
         log.append(call.method)
 
     store = FaultyStore(tether.MemoryStore())
-    for method in _METHODS:
+    for method in METHODS:
         store.inject(method, Do(record))
     return store, log
 

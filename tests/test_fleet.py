@@ -42,7 +42,7 @@ import pytest
 import trio
 
 import tether
-from tether._cli import StoreSpec
+from tether._cli._main import StoreSpec
 from tether.stores import DEAD_LETTER_ERROR, EntryKind
 
 from . import _fleet

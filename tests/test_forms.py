@@ -11,8 +11,8 @@ import attrs
 import pytest
 
 import tether
-from tether._forms import ANSWER, decode, form_for, resolve_type
-from tether._requests import Request
+from tether._errors import Request
+from tether._ui._forms import ANSWER, decode, form_for, resolve_type
 from tether.stores import EntryKind
 
 HERE = [sys.modules[__name__]]

@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 import tether
-from tether._codec import codec, digest
+from tether._codec._values import codec, digest
 from tether.stores import (
     Entry,
     Renewal,

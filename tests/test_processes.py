@@ -48,7 +48,7 @@ import pytest
 import trio
 
 import tether
-from tether._cli import StoreSpec
+from tether._cli._main import StoreSpec
 from tether.stores import Entry, RunRecord, RunStatus, Store
 
 from . import _lease_process as lease

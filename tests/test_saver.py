@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import tether
-from tether._store_calls import nowait_append
+from tether._core._store_calls import nowait_append
 from tether.stores import Entry, RunStatus, Store
 from tether.testing import Call, Delay, Do, FaultyStore, Hang, Raise
 

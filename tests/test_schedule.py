@@ -34,7 +34,7 @@ import trio
 import trio.testing
 
 import tether
-from tether._schedule import LOOKBACK, Schedule
+from tether._worker._schedule import LOOKBACK, Schedule
 from tether.stores import RunStatus, Store
 from tether.testing import Do, FaultyStore, Hang, SimulatedCrash, TrioWallClock
 from tether.testing._clock import ClockHoldingStore, hold_clock

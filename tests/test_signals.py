@@ -25,7 +25,8 @@ import trio
 import trio.testing
 
 import tether
-from tether._timers import Waiting
+from tether._api._timers import Waiting
+from tether._engine._engine import internals
 from tether.stores import (
     Entry,
     EntryKind,
@@ -68,7 +69,7 @@ async def note(value: Any) -> None:
     seen.append(value)
 
 
-@tether.workflow(name="tests.signals.ten", signals={"item": int})
+@tether.workflow(name="tests.messages.ten", messages={"item": int})
 async def ten() -> list[int]:
     got = []
     for _ in range(10):
@@ -78,7 +79,7 @@ async def ten() -> list[int]:
     return got
 
 
-@tether.workflow(name="tests.signals.approval", signals={"approve": bool, "item": Item})
+@tether.workflow(name="tests.messages.approval", messages={"approve": bool, "item": Item})
 async def approval() -> tuple[Item, bool]:
     item = await tether.receive("item", Item)
     approved = await tether.receive("approve", bool)
@@ -144,7 +145,7 @@ async def test_a_receive_waits_for_a_send_and_messages_come_in_order_per_name(
 async def test_a_send_from_another_engine_wakes_a_receive_on_every_store(
     raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
 ) -> None:
-    @tether.workflow(name="tests.signals.one", signals={"item": int})
+    @tether.workflow(name="tests.messages.one", messages={"item": int})
     async def one() -> int:
         value = await tether.receive("item", int)
         seen.append(trio.current_time())
@@ -253,7 +254,7 @@ async def test_ten_messages_arrive_in_order_each_once_through_a_crash(
 
 
 def loads_message(value: str | None) -> Any:
-    from tether._codec import loads
+    from tether._codec._values import loads
 
     return loads(value or "null")
 
@@ -261,7 +262,7 @@ def loads_message(value: str | None) -> Any:
 async def test_parallel_receivers_take_each_message_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    @tether.workflow(name="tests.signals.pair", signals={"item": int})
+    @tether.workflow(name="tests.messages.pair", messages={"item": int})
     async def pair() -> list[int]:
         async with tether.parallel() as p:
             a = p.start_soon(tether.receive, "item", int)
@@ -345,7 +346,7 @@ async def test_send_needs_the_workflow_defined_here_and_a_store_that_keeps_messa
     await store.create_run(
         RunRecord(
             run_id="x",
-            workflow="tests.signals.elsewhere",
+            workflow="tests.messages.elsewhere",
             args="[]",
             created_at=now,
             updated_at=now,
@@ -366,11 +367,11 @@ async def test_send_needs_the_workflow_defined_here_and_a_store_that_keeps_messa
 
 
 async def test_receive_refuses_an_undeclared_name_or_another_type() -> None:
-    @tether.workflow(name="tests.signals.wrong_type", signals={"approve": bool})
+    @tether.workflow(name="tests.messages.wrong_type", messages={"approve": bool})
     async def wrong_type() -> int:
         return await tether.receive("approve", int)
 
-    @tether.workflow(name="tests.signals.undeclared", signals={"approve": bool})
+    @tether.workflow(name="tests.messages.undeclared", messages={"approve": bool})
     async def undeclared() -> bool:
         return await tether.receive("reject", bool)
 
@@ -399,27 +400,27 @@ def test_declarations_are_checked_at_decoration(signals: Any, message: str) -> N
         pass
 
     with pytest.raises(tether.UsageError, match=message):
-        tether.workflow(name="tests.signals.bad", signals=signals)(fn)
+        tether.workflow(name="tests.messages.bad", messages=signals)(fn)
 
 
 def test_declared_signals_are_read_only_and_empty_by_default() -> None:
     declared = {"approve": bool, "a.b-c_9": list[Item]}
 
-    @tether.workflow(name="tests.signals.declared", signals=declared)
+    @tether.workflow(name="tests.messages.declared", messages=declared)
     async def fn() -> None:
         pass
 
     declared.clear()  # a copy was kept
-    assert dict(fn.signals) == {"approve": bool, "a.b-c_9": list[Item]}
+    assert dict(fn.messages) == {"approve": bool, "a.b-c_9": list[Item]}
     with pytest.raises(TypeError):
-        fn.signals["x"] = int  # type: ignore[index]
-    assert dict(ten.signals) == {"item": int}
+        fn.messages["x"] = int  # type: ignore[index]
+    assert dict(ten.messages) == {"item": int}
 
-    @tether.workflow(name="tests.signals.none")
+    @tether.workflow(name="tests.messages.none")
     async def none() -> None:
         pass
 
-    assert dict(none.signals) == {}
+    assert dict(none.messages) == {}
 
 
 # -- replay ------------------------------------------------------------------------------
@@ -430,7 +431,7 @@ async def test_another_call_or_type_at_a_journaled_receive_is_a_divergence(
 ) -> None:
     version = {"v": 1}
 
-    @tether.workflow(name="tests.signals.changes", signals={"n": int, "m": int})
+    @tether.workflow(name="tests.messages.changes", messages={"n": int, "m": int})
     async def changes() -> Any:
         if version["v"] == 1:
             await tether.sleep(1, key="k")
@@ -455,7 +456,7 @@ async def test_another_call_or_type_at_a_journaled_receive_is_a_divergence(
         with pytest.raises(tether.NonDeterminismError, match="journaled a message 'n'"):
             await engine.resume("d")
 
-    @tether.workflow(name="tests.signals.changes", signals={"n": str})
+    @tether.workflow(name="tests.messages.changes", messages={"n": str})
     async def retyped() -> Any:
         await tether.receive("n", str, key="k")
         return await tether.ask("done?", bool)
@@ -488,7 +489,7 @@ async def test_a_stored_message_that_does_not_decode_fails_the_receive(
 async def test_a_receive_beside_an_ask_pauses_and_the_message_waits_for_the_resume(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    @tether.workflow(name="tests.signals.review", signals={"comment": str})
+    @tether.workflow(name="tests.messages.review", messages={"comment": str})
     async def review() -> tuple[bool, str]:
         async with tether.parallel() as p:
             ok = p.start_soon(tether.ask, "ok?", bool)
@@ -531,7 +532,7 @@ async def test_a_receive_parks_under_a_worker_without_wake_at_and_a_send_requeue
         # Not due, however late: only a message makes it due.
         later = clock().now() + timedelta(days=365)
         assert (
-            await engine.leases.claim_next(
+            await internals(engine).leases.claim_next(
                 [(approval.name, None)], max_dispatches=5, gone=(), now=later
             )
             is None
@@ -576,7 +577,7 @@ async def test_a_timer_due_soon_keeps_a_receiving_run_and_a_far_one_parks_it_unt
 ) -> None:
     minutes = {"m": 0.5}
 
-    @tether.workflow(name="tests.signals.deadline", signals={"approve": bool})
+    @tether.workflow(name="tests.messages.deadline", messages={"approve": bool})
     async def deadline() -> str:
         async with tether.parallel() as p:
             answer = p.start_soon(tether.receive, "approve", bool)
@@ -765,7 +766,7 @@ def test_a_run_parked_for_messages_says_so() -> None:
 async def test_a_parent_waits_for_a_child_parked_on_a_receive_until_a_send_wakes_it(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    @tether.workflow(name="tests.signals.parent")
+    @tether.workflow(name="tests.messages.parent")
     async def parent() -> str:
         item, approved = await tether.child(approval, run_id="kid")
         return f"{item.sku}: {approved}"

@@ -66,7 +66,7 @@ async def double(n: int) -> int:
     return 2 * n
 
 
-@tether.workflow(name="tests.signals.explored", signals={"n": int, "word": str})
+@tether.workflow(name="tests.messages.explored", messages={"n": int, "word": str})
 async def receiver(count: int) -> tuple[int, list[str]]:
     total = 0
     for _ in range(count):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether._timeline import COLOURS, lanes, timeline_svg
+from tether._ui._timeline import COLOURS, lanes, timeline_svg
 from tether.stores import Entry, EntryKind, EntryStatus, ErrorInfo
 
 SVG = "{http://www.w3.org/2000/svg}"

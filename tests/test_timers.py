@@ -24,8 +24,9 @@ import trio
 import trio.testing
 
 import tether
+from tether._engine._engine import internals
 from tether.stores import Entry, EntryKind, RunRecord, RunStatus, Store
-from tether.stores._protocol import dumps_record, loads_record
+from tether.stores._record_json import dumps_record, loads_record
 from tether.testing import FaultyStore, SimulatedCrash, explore
 from tether.testing._clock import hold_clock
 from tether.testing._explore import Explorer
@@ -76,7 +77,7 @@ def entries_of(entries: tuple[Entry, ...], kind: EntryKind) -> list[Entry]:
 async def idle(worker: tether.Worker) -> None:
     """Wait until *worker* holds no run (engine.wait sees a stored outcome before the
     worker's task has ended the run; that task notifies the engine's changes)."""
-    changes = worker.engine.changes
+    changes = internals(worker.engine).changes
     while worker.running:
         await changes.wait(changes.generation, math.inf)
 
@@ -283,13 +284,13 @@ async def test_a_cancel_recorded_while_a_run_settles_makes_it_cancelled(
     store = tether.MemoryStore()
     async with tether.open_engine(store, clock=clock()) as engine:
         record = await engine.submit(wf, run_id="r")
-        claimed = await engine.leases.claim_next(
+        claimed = await internals(engine).leases.claim_next(
             [(wf.name, None)], max_dispatches=5, gone=(), now=clock().now()
         )
         assert claimed is not None and claimed.run_id == record
         await store.cancel_run("r")  # recorded: the owner holds a live lease
         with pytest.raises(tether.RunCancelledError):
-            await engine.execute_claimed(claimed, park_after=60)
+            await internals(engine).execute_claimed(claimed, park_after=60)
     stored = await store.get_run("r")
     assert stored is not None and stored.status is RunStatus.CANCELLED
 

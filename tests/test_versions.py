@@ -30,8 +30,8 @@ import trio
 import trio.testing
 
 import tether
-from tether._cli import main
-from tether._workflow import _registry
+from tether._api._workflow import registry
+from tether._cli._main import main
 from tether.stores import (
     RecordDecodeError,
     RunRecord,
@@ -155,8 +155,8 @@ async def test_a_run_of_a_version_not_registered_here_is_not_resumed(
         await engine.submit(quick_v1, 5, run_id="done")
         assert await engine.resume("done") == 5
     # A deploy that dropped version 1: only the unversioned code and version 2 remain.
-    monkeypatch.delitem(_registry[NAME], "1")
-    monkeypatch.delitem(_registry["tests.versions.quick"], "1")
+    monkeypatch.delitem(registry[NAME], "1")
+    monkeypatch.delitem(registry["tests.versions.quick"], "1")
     async with tether.open_engine(reopen_store(store)) as engine:
         with pytest.raises(tether.WorkflowNotFoundError) as missing:
             await engine.resume("old")
@@ -171,7 +171,7 @@ async def test_a_run_of_a_version_not_registered_here_is_not_resumed(
         with pytest.raises(tether.WorkflowNotFoundError, match=r"registered: version '2'\)"):
             await engine.resume("done")  # only version 2 of this one is left
         # Nothing of any version at all: the message says so.
-        monkeypatch.delitem(_registry, NAME)
+        monkeypatch.delitem(registry, NAME)
         with pytest.raises(tether.WorkflowNotFoundError, match=f"no workflow named '{NAME}'"):
             await engine.resume("old")
 

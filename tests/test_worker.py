@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 import tether
-from tether._cli import main
+from tether._cli._main import main
 from tether.stores import DEAD_LETTER_ERROR, RunStatus, Store, WorkerStore
 from tether.testing._clock import ClockHoldingStore, hold_clock
 

@@ -7,13 +7,14 @@ the step key and, for files, the path, and say what to do next.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, final
 
-if TYPE_CHECKING:  # a store record, described here only: stores import this module
-    from ._requests import Request
-    from .stores._protocol import ErrorInfo
+import attrs
 
 __all__ = (
+    "ErrorInfo",
+    "Paused",
+    "Request",
     "CheckpointCorruptError",
     "ChildPausedError",
     "CodecError",
@@ -36,6 +37,60 @@ __all__ = (
     "UsageError",
     "WorkflowNotFoundError",
 )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ErrorInfo:
+    """A stored description of an exception (never the exception itself)."""
+
+    type: str  #: qualified name of the exception class
+    message: str  #: ``str(exc)``
+    key: str | None = None  #: the step key the error came out of, if any
+
+    def to_json(self) -> dict[str, Any]:
+        """This error as a JSON-ready dict."""
+        return {"type": self.type, "message": self.message, "key": self.key}
+
+    def __str__(self) -> str:
+        where = f" (step {self.key})" if self.key else ""
+        return f"{self.type}: {self.message}{where}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Request:
+    """A question a paused run is waiting on, made by :func:`tether.ask`.
+
+    Answer it with ``engine.resume(run_id, responses={request.key: value})``.
+    """
+
+    key: str  #: the ask's key, fixed at call time like a step key: ``path/ask#n``
+    payload: Any  #: what was asked, as JSON values (dicts, lists, str, numbers, ...)
+    response_type: str  #: the name of the type the response must decode into, e.g. ``bool``
+
+
+class Paused(Exception):
+    """The run is waiting for human input; raised by ``engine.run``/``engine.resume``.
+
+    Every live task of the run was finished or waiting in :func:`tether.ask`,
+    so the run *settled*: completed steps' saves drained, the pending
+    requests were stored with the run (status ``paused``), and nothing is
+    left running. Resume it with
+    ``engine.resume(paused.run_id, responses={request.key: value, ...})``;
+    answering only some requests pauses it again on the rest.
+
+    Not a :class:`tether.TetherError`: a pause is an outcome, not a failure.
+    """
+
+    def __init__(self, run_id: str, requests: tuple[Request, ...]) -> None:
+        keys = ", ".join(r.key for r in requests)
+        super().__init__(f"run {run_id!r} is paused, waiting for responses to: {keys}")
+        self.run_id = run_id
+        self.requests = requests
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.requests))
 
 
 class TetherError(Exception):
@@ -229,7 +284,7 @@ class MessageRejectedError(TetherError, TypeError):
     """``engine.send`` refused a message: the run's workflow does not take it.
 
     Raised when the workflow does not declare the message's name
-    (``@tether.workflow(signals={...})``; the message names the declared
+    (``@tether.workflow(messages={...})``; the message names the declared
     ones), or when the value does not encode and decode back strictly as the
     declared type (no lenient coercion: ``"1"`` is not an ``int``). Nothing
     was stored; the run is unchanged. Retrying the same message fails the

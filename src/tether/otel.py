@@ -42,10 +42,9 @@ from typing import final
 
 import trio
 
-from ._errors import RunCancelledError, StreamClosed
-from ._hooks import HookEvent
-from ._requests import Paused
-from ._timers import Waiting
+from ._api._timers import Waiting
+from ._core._hooks import HookEvent
+from ._errors import Paused, RunCancelledError, StreamClosed
 from ._version import __version__
 
 try:

@@ -37,11 +37,11 @@ import attrs
 import trio
 import trio.testing
 
-from .._clock import Clock, TrioWallClock
-from .._engine import Engine, open_engine
+from .._api._workflow import Workflow
+from .._core._clock import Clock, TrioWallClock
+from .._engine._engine import Engine, open_engine
 from .._errors import RunNotFoundError, UsageError
-from .._workflow import Workflow
-from ..stores._protocol import STORE_METHODS
+from ..stores._store import STORE_METHODS
 from ..testing import FaultyStore, Hang, StoreFactory
 from ..testing._faults import Fault
 from ._census import Census, Culprit

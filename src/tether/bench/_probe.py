@@ -24,15 +24,14 @@ from typing import Any
 import attrs
 import trio
 
-from .._clock import Clock
-from .._engine import open_engine
-from .._errors import TetherError
-from .._hooks import HookEvent
-from .._requests import Paused
-from .._workflow import Workflow
+from .._api._workflow import Workflow
+from .._core._clock import Clock
+from .._core._hooks import HookEvent
+from .._engine._engine import open_engine
+from .._errors import Paused, TetherError
 from ..stores import Store
 from ..testing import ClockHoldingStore, FaultyStore, StoreFactory
-from ..testing._conformance_base import _maybe_await
+from ..testing._conformance_base import maybe_await
 from ..testing._faults import Call, Fault
 from ._results import Probe
 
@@ -41,7 +40,7 @@ __all__ = ("Holding", "Watched", "delete_quietly", "make_store", "outcome_of", "
 
 async def make_store(factory: StoreFactory) -> Store:
     """A fresh, unopened store from *factory* (a sync or async callable)."""
-    store: Store = await _maybe_await(factory())
+    store: Store = await maybe_await(factory())
     return store
 
 

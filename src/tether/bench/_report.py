@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from .._cli_text import _table
+from .._terminal import table
 from ._results import CancelResult, CancelSample, Finding, StepsResult, ThroughputResult
 from ._stats import Percentiles, percentiles
 
@@ -137,7 +137,7 @@ def _cancel(result: CancelResult, out: TextIO) -> None:
     width = f"floor: trio nursery of {result.width}"
     rows.append([width, str(floor.n), *_stat_cells(floor), "1.00x", "-", "-", "-", "-"])
     header = ("OVERSHOOT", "SAMPLES", "P50", "P90", "P99", "MAX", "X FLOOR", *_COUNTS)
-    _table(out, header, rows, None)
+    table(out, header, rows, None)
     print(
         f"\nHELD: samples whose caller was still held {result.tolerance:g} s after the "
         "deadline; ABANDONED: samples whose\nstore still worked in a thread when the caller "
@@ -185,7 +185,7 @@ def _steps(result: StepsResult, out: TextIO) -> None:
         ["plain await (no-op)", _us(result.plain_await), f"{result.plain_await / cp:,.2f}"],
         ["trio checkpoint", _us(cp), "1.00"],
     ]
-    _table(out, ("WHAT", "US EACH", "CHECKPOINTS"), rows, None)
+    table(out, ("WHAT", "US EACH", "CHECKPOINTS"), rows, None)
     print(
         f"\na step costs {_us(result.overhead)} us over a plain await "
         f"({result.checkpoints_per_step:,.1f} checkpoints); a run's fixed cost (create, claim, "
@@ -211,5 +211,5 @@ def _throughput(result: ThroughputResult, out: TextIO) -> None:
         ["group commit (tether's path)", *cells(result.grouped)],
         ["one save per step", *cells(result.one_per_save)],
     ]
-    _table(out, ("COMMITS", "STEPS/S", "LOWEST", "HIGHEST"), rows, None)
+    table(out, ("COMMITS", "STEPS/S", "LOWEST", "HIGHEST"), rows, None)
     print(f"\ngroup commit: {_ratio(result.ratio)} the steps/s of one save per step", file=out)

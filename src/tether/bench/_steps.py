@@ -20,9 +20,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-import tether
-
-from .._engine import Engine, open_engine
+from .._api._workflow import step, workflow
+from .._engine._engine import Engine, open_engine
 from .._errors import UsageError
 from ..testing import StoreFactory
 from ._probe import delete_quietly, make_store
@@ -35,10 +34,10 @@ async def _noop(i: int) -> int:
     return i
 
 
-_noop_step = tether.step(name="tether.bench.noop")(_noop)
+_noop_step = step(name="tether.bench.noop")(_noop)
 
 
-@tether.workflow(name="tether.bench.sequential")
+@workflow(name="tether.bench.sequential")
 async def _sequential(k: int) -> int:
     total = 0
     for _ in range(k):

@@ -24,9 +24,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import tether
-
-from .._engine import open_engine
+from .._api._parallel import parallel
+from .._api._workflow import step, workflow
+from .._engine._engine import open_engine
 from .._errors import UsageError
 from ..stores import Entry, Store
 from ..testing import StoreFactory
@@ -59,16 +59,16 @@ class OneCommitPerSave:
         return stored
 
 
-@tether.step(name="tether.bench.work")
+@step(name="tether.bench.work")
 async def _work(i: int) -> int:
     return i
 
 
-@tether.workflow(name="tether.bench.fan_out")
+@workflow(name="tether.bench.fan_out")
 async def _fan_out(width: int, rounds: int) -> int:
     total = 0
     for _ in range(rounds):
-        async with tether.parallel() as p:
+        async with parallel() as p:
             handles = [p.start_soon(_work, i) for i in range(width)]
         total += sum(h.result for h in handles)
     return total

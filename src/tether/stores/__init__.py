@@ -1,5 +1,6 @@
 """Storage: the :class:`Store` protocol, its records, and the built-in stores."""
 
+from .._errors import ErrorInfo as ErrorInfo
 from ._file import FileStore as FileStore
 from ._leases import ClaimDecision as ClaimDecision
 from ._leases import check_append as check_append
@@ -23,36 +24,12 @@ from ._mailbox import load_message as load_message
 from ._mailbox import mailbox_of as mailbox_of
 from ._mailbox import message_gap as message_gap
 from ._memory import MemoryStore as MemoryStore
+from ._owners import Renewal as Renewal
+from ._owners import Served as Served
+from ._owners import WorkerAd as WorkerAd
+from ._owners import dumps_served as dumps_served
+from ._owners import loads_served as loads_served
 from ._postgres import PostgresStore as PostgresStore
-from ._protocol import ADVERTISE_METHODS as ADVERTISE_METHODS
-from ._protocol import DELETE_METHODS as DELETE_METHODS
-from ._protocol import FORMAT_VERSION as FORMAT_VERSION
-from ._protocol import STORE_METHODS as STORE_METHODS
-from ._protocol import WORKER_METHODS as WORKER_METHODS
-from ._protocol import AdvertisingStore as AdvertisingStore
-from ._protocol import DeletableStore as DeletableStore
-from ._protocol import Entry as Entry
-from ._protocol import EntryKind as EntryKind
-from ._protocol import EntryStatus as EntryStatus
-from ._protocol import ErrorInfo as ErrorInfo
-from ._protocol import RecordDecodeError as RecordDecodeError
-from ._protocol import Renewal as Renewal
-from ._protocol import RunRecord as RunRecord
-from ._protocol import RunStatus as RunStatus
-from ._protocol import Served as Served
-from ._protocol import Store as Store
-from ._protocol import WatchableStore as WatchableStore
-from ._protocol import WorkerAd as WorkerAd
-from ._protocol import WorkerStore as WorkerStore
-from ._protocol import dumps_record as dumps_record
-from ._protocol import dumps_served as dumps_served
-from ._protocol import entry_checksum as entry_checksum
-from ._protocol import first_gap as first_gap
-from ._protocol import load_entry as load_entry
-from ._protocol import load_run_record as load_run_record
-from ._protocol import loads_record as loads_record
-from ._protocol import loads_served as loads_served
-from ._protocol import utcnow as utcnow
 from ._queue import DEAD_LETTER_ERROR as DEAD_LETTER_ERROR
 from ._queue import Dispatch as Dispatch
 from ._queue import RunFilter as RunFilter
@@ -66,8 +43,31 @@ from ._queue import due as due
 from ._queue import serves as serves
 from ._queue import stranded as stranded
 from ._queue import waiting as waiting
+from ._record_json import FORMAT_VERSION as FORMAT_VERSION
+from ._record_json import RecordDecodeError as RecordDecodeError
+from ._record_json import dumps_record as dumps_record
+from ._record_json import entry_checksum as entry_checksum
+from ._record_json import first_gap as first_gap
+from ._record_json import loads_record as loads_record
+from ._records import Entry as Entry
+from ._records import EntryKind as EntryKind
+from ._records import EntryStatus as EntryStatus
+from ._records import RunRecord as RunRecord
+from ._records import RunStatus as RunStatus
+from ._records import load_entry as load_entry
+from ._records import load_run_record as load_run_record
+from ._records import utcnow as utcnow
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
+from ._store import ADVERTISE_METHODS as ADVERTISE_METHODS
+from ._store import DELETE_METHODS as DELETE_METHODS
+from ._store import STORE_METHODS as STORE_METHODS
+from ._store import WORKER_METHODS as WORKER_METHODS
+from ._store import AdvertisingStore as AdvertisingStore
+from ._store import DeletableStore as DeletableStore
+from ._store import Store as Store
+from ._store import WatchableStore as WatchableStore
+from ._store import WorkerStore as WorkerStore
 
 __all__ = (
     "ADVERTISE_METHODS",

@@ -42,8 +42,9 @@ from ._file_mailbox import FileMailbox
 from ._file_owners import FileOwners
 from ._leases import check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
-from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd
+from ._owners import Renewal, Served, WorkerAd
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
+from ._records import Entry, RunRecord, RunStatus
 
 __all__ = ("FileStore",)
 

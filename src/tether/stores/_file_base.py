@@ -39,7 +39,8 @@ from ._file_disk import (
     write_temp,
 )
 from ._file_threads import THREADS, Session, Threads
-from ._protocol import RecordDecodeError, RunRecord, RunStatus, dumps_record, load_run_record
+from ._record_json import RecordDecodeError, dumps_record
+from ._records import RunRecord, RunStatus, load_run_record
 
 __all__ = ("FileBase",)
 

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Final
 
 from .._errors import CheckpointCorruptError, UsageError
-from ._protocol import Entry, RecordDecodeError, dumps_record
+from ._record_json import RecordDecodeError, dumps_record
+from ._records import Entry
 
 #: Longest run id accepted, in UTF-8 bytes (file systems allow 255 per name).
 MAX_RUN_ID_BYTES: Final = 200

@@ -49,7 +49,8 @@ from ._file_disk import (
 from ._file_lock import FileLocking
 from ._file_threads import Session
 from ._leases import check_append
-from ._protocol import Entry, RecordDecodeError, loads_record
+from ._record_json import RecordDecodeError, loads_record
+from ._records import Entry
 
 __all__ = ("FileJournal",)
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from ._file_disk import MESSAGES, check_folder, corrupt, fsync_dir, numbered, write_temp
 from ._file_lock import FileLocking
 from ._mailbox import Message, decide_send, load_message, message_gap
-from ._protocol import RecordDecodeError, dumps_record
+from ._record_json import RecordDecodeError, dumps_record
 
 __all__ = ("FileMailbox",)
 

@@ -26,15 +26,9 @@ from .._errors import CheckpointCorruptError, RunConflictError
 from ._file_disk import OWNERS, WORKERS, replace_small, time_of
 from ._file_runs import FileRuns
 from ._leases import decide_cancel, decide_claim, renewal
-from ._protocol import (
-    Renewal,
-    RunRecord,
-    Served,
-    WorkerAd,
-    served_from_json,
-    served_to_json,
-)
+from ._owners import Renewal, Served, WorkerAd, served_from_json, served_to_json
 from ._queue import decide_dispatch, dispatchable
+from ._records import RunRecord
 
 __all__ = ("FileOwners",)
 

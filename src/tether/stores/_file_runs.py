@@ -33,7 +33,8 @@ from ._file_disk import (
 )
 from ._file_lock import FileLocking
 from ._leases import check_delete, fenced_update
-from ._protocol import RunRecord, dumps_record
+from ._record_json import dumps_record
+from ._records import RunRecord
 
 __all__ = ("FileRuns",)
 

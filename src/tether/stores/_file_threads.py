@@ -50,7 +50,7 @@ import attrs
 import trio
 
 from .._errors import StoreError
-from ._protocol import Entry
+from ._records import Entry
 
 __all__ = ("CLOSE_TIMEOUT", "THREADS", "Session", "Threads")
 

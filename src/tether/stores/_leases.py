@@ -34,7 +34,8 @@ from .._errors import (
     RunNotFoundError,
     UsageError,
 )
-from ._protocol import Entry, Renewal, RunRecord, RunStatus, utcnow
+from ._owners import Renewal
+from ._records import Entry, RunRecord, RunStatus, utcnow
 
 __all__ = (
     "ClaimDecision",

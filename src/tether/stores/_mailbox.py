@@ -29,17 +29,16 @@ from typing import Any, Final, Protocol, cast, final, runtime_checkable
 import attrs
 
 from .._errors import RunConflictError, RunNotFoundError, UsageError
-from ._protocol import (
+from ._record_json import (
     RecordDecodeError,
-    RunRecord,
-    RunStatus,
-    _exact_fields,
-    _idempotency_digest,
-    _str,
-    _time,
+    exact_fields,
     first_gap,
+    idempotency_digest,
     loads_record,
+    str_field,
+    time_field,
 )
+from ._records import RunRecord, RunStatus
 
 __all__ = (
     "FINISHED",
@@ -94,12 +93,12 @@ class Message:
     @property
     def checksum(self) -> str:
         """The digest of every stored field; stored with the message, verified on reads."""
-        return _idempotency_digest(self._content())
+        return idempotency_digest(self._content())
 
     def to_json(self) -> dict[str, Any]:
         """This message as a JSON-ready dict, with its :attr:`checksum`."""
         content = self._content()
-        content["checksum"] = _idempotency_digest(content)
+        content["checksum"] = idempotency_digest(content)
         return content
 
     @classmethod
@@ -118,16 +117,16 @@ class Message:
                 f"message has format_version {version!r}; this tether reads {MESSAGE_FORMAT} "
                 "(a newer tether wrote it?)"
             )
-        d = _exact_fields(data, _FIELDS, "message")
+        d = exact_fields(data, _FIELDS, "message")
         seq = d["seq"]
         if type(seq) is not int or seq < 1:
             raise RecordDecodeError(f"message field 'seq' must be a positive integer, not {seq!r}")
         message = cls(
-            run_id=_str(d, "run_id", "message"),
+            run_id=str_field(d, "run_id", "message"),
             seq=seq,
-            name=_str(d, "name", "message"),
-            value=_str(d, "value", "message"),
-            sent_at=_time(d, "sent_at", "message"),
+            name=str_field(d, "name", "message"),
+            value=str_field(d, "value", "message"),
+            sent_at=time_field(d, "sent_at", "message"),
         )
         if d["checksum"] != message.checksum:
             raise RecordDecodeError(

@@ -21,7 +21,7 @@ from ._leases import (
     renewal,
 )
 from ._mailbox import Message, check_after, check_send, decide_send
-from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd
+from ._owners import Renewal, Served, WorkerAd
 from ._queue import (
     check_max_dispatches,
     check_now,
@@ -30,6 +30,7 @@ from ._queue import (
     decide_dispatch,
     dispatchable,
 )
+from ._records import Entry, RunRecord, RunStatus
 
 __all__ = ("MemoryStore",)
 

@@ -32,13 +32,15 @@ import trio
 from .._errors import UsageError
 from ._leases import check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
-from ._postgres_conn import Connections, _Abandoned, _Call, _describe, _psycopg
+from ._owners import Renewal, Served, WorkerAd
+from ._postgres_conn import Abandoned, Call, Connections, describe, psycopg_module
 from ._postgres_lifetime import close_store, open_store
 from ._postgres_sql import statements
 from ._postgres_tables import Tables
-from ._postgres_writer import Writer, _Job
-from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd, dumps_record
+from ._postgres_writer import Job, Writer
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
+from ._record_json import dumps_record
+from ._records import Entry, RunRecord, RunStatus
 from ._rows import Appending, encode_append
 
 __all__ = ("PostgresStore",)
@@ -84,7 +86,7 @@ class PostgresStore:
     each: no connection is held between calls (nor across a step).
     Every method is a checkpoint, and cancelling it returns at once, even
     when the database hangs (a row lock, a stopped server): the thread is
-    abandoned and its connection cut (see :class:`._postgres_conn._Call`),
+    abandoned and its connection cut (see :class:`._postgres_conn.Call`),
     so the thread ends promptly too and the server rolls its transaction
     back. If the ``COMMIT`` had been sent already, the write may have
     landed: appends are idempotent (an entry equal to a stored one is
@@ -118,7 +120,7 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         retry_timeout: float = 60.0,
     ) -> None:
-        psycopg, _ = _psycopg()
+        psycopg, _ = psycopg_module()
         if not isinstance(conninfo, str):
             raise UsageError(
                 f"PostgresStore takes a connection string, not {type(conninfo).__name__}"
@@ -147,7 +149,7 @@ class PostgresStore:
         self.prepare = bool(prepare)
         self.connect_timeout = float(connect_timeout)
         self.retry_timeout = float(retry_timeout)
-        self._where = _describe(params)
+        self._where = describe(params)
         label = repr(self)
         self._conns = Connections(
             conninfo,
@@ -180,15 +182,15 @@ class PostgresStore:
     # batch in flight and latest batch sizes (in appends).
 
     @property
-    def _calls(self) -> set[_Call]:
+    def _calls(self) -> set[Call]:
         return self._conns.calls
 
     @property
-    def _queue(self) -> queue.SimpleQueue[_Job | None]:
+    def _queue(self) -> queue.SimpleQueue[Job | None]:
         return self._writer.queue
 
     @property
-    def _inflight(self) -> list[_Job]:
+    def _inflight(self) -> list[Job]:
         return self._writer.inflight
 
     @property
@@ -559,7 +561,7 @@ class PostgresStore:
             if not conns.is_open:
                 await trio.lowlevel.checkpoint()
                 raise UsageError(f"{what}: {self!r} is not open")
-            call = _Call()
+            call = Call()
             try:
                 return await trio.to_thread.run_sync(
                     self._in_thread,
@@ -569,7 +571,7 @@ class PostgresStore:
                     abandon_on_cancel=True,
                     limiter=conns.limiter,
                 )
-            except _Abandoned:  # the store closed under the call
+            except Abandoned:  # the store closed under the call
                 raise UsageError(f"{what}: {self!r} was closed") from None
             except BaseException:
                 conns.cut(call)  # a no-op unless the thread still uses its connection
@@ -577,7 +579,7 @@ class PostgresStore:
 
         return await conns.retrying(what, attempt)
 
-    def _in_thread(self, call: _Call, fn: Callable[[Any, bool], T], retrying: bool) -> T:
+    def _in_thread(self, call: Call, fn: Callable[[Any, bool], T], retrying: bool) -> T:
         return self._conns.in_thread(call, fn, retrying)
 
     async def _queued(self, appending: Appending, what: str) -> list[int | Entry]:

@@ -3,7 +3,7 @@
 Everything here is about reaching the database and surviving it, and
 nothing about tether's tables: psycopg imported on first use, the pool and
 its checks, one Trio worker thread per call, a call whose caller left cut by
-shutting its connection's socket down (:class:`_Call`), transient failures
+shutting its connection's socket down (:class:`Call`), transient failures
 told from permanent ones and retried with backoff, and error messages and
 log lines with the password scrubbed out. It is separate so that the store
 (:mod:`._postgres`) and its group-committing writer (:mod:`._postgres_writer`)
@@ -32,7 +32,7 @@ from .._errors import StoreError, UsageError
 if TYPE_CHECKING:
     import psycopg_pool
 
-__all__ = ("Connections", "_Abandoned", "_Call", "_describe", "_psycopg")
+__all__ = ("Connections", "Abandoned", "Call", "describe", "psycopg_module")
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ _PERMANENT: Final = re.compile(
 _TRANSIENT_STATES: Final = frozenset({"57P01", "57P02", "57P03", "40001", "40P01", "53300"})
 
 
-def _psycopg() -> Any:
+def psycopg_module() -> Any:
     """The psycopg and psycopg_pool modules, imported on first use.
 
     Raises:
@@ -75,12 +75,12 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
-class _Abandoned(Exception):
+class Abandoned(Exception):
     """The caller of a thread's call is gone: nothing more is done for it."""
 
 
 @attrs.define(eq=False)
-class _Call:
+class Call:
     """One thread's use of one connection, so that a caller who leaves can cut it.
 
     While the thread uses the connection, :attr:`sock` is a duplicate of its
@@ -113,7 +113,7 @@ class Connections:
             :class:`~tether.PostgresStore` takes them.
 
     :attr:`lock` guards the registry of calls whose thread uses a connection
-    (:attr:`calls`), the sockets of every :class:`_Call`, and :attr:`is_open`
+    (:attr:`calls`), the sockets of every :class:`Call`, and :attr:`is_open`
     turning false; the store's writer shares it.
     """
 
@@ -155,7 +155,7 @@ class Connections:
         self.pool: psycopg_pool.ConnectionPool[Any] | None = None
         self.limiter: trio.CapacityLimiter | None = None
         self.is_open = False  # calls and appends are taken; turned false under lock
-        self.calls: set[_Call] = set()  # calls whose thread runs, guarded by lock
+        self.calls: set[Call] = set()  # calls whose thread runs, guarded by lock
         self.idle = threading.Condition(self.lock)  # notified when calls empties
         self.returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
@@ -163,7 +163,7 @@ class Connections:
 
     def open_pool(self) -> None:
         """Open the pool: its threads connect in the background, so this does not block."""
-        _, psycopg_pool = _psycopg()
+        _, psycopg_pool = psycopg_module()
         pool = psycopg_pool.ConnectionPool(
             self.conninfo,
             kwargs={
@@ -215,7 +215,7 @@ class Connections:
         Non-transient psycopg errors become :class:`~tether.StoreError`
         with a sanitized message; tether's own errors pass through.
         """
-        psycopg, _ = _psycopg()
+        psycopg, _ = psycopg_module()
         delay = _BACKOFF_FIRST
         give_up: float | None = None
         retrying = False
@@ -233,7 +233,7 @@ class Connections:
             delay = min(delay * 2, _BACKOFF_MAX)
             retrying = True
 
-    def in_thread(self, call: _Call, fn: Callable[[Any, bool], T], retrying: bool) -> T:
+    def in_thread(self, call: Call, fn: Callable[[Any, bool], T], retrying: bool) -> T:
         """``fn(conn, retrying)`` on a pooled connection, in the calling (worker) thread."""
         conn = self.checkout(call)
         try:
@@ -241,20 +241,20 @@ class Connections:
         finally:
             self.checkin(call, conn)
 
-    def checkout(self, call: _Call) -> Any:
+    def checkout(self, call: Call) -> Any:
         """A pooled connection for *call*, its socket registered so it can be cut.
 
         Waits for the pool in slices, so that a thread whose caller left
         stops waiting soon.
         """
-        _, psycopg_pool = _psycopg()
+        _, psycopg_pool = psycopg_module()
         pool = self.pool
         if pool is None:
-            raise _Abandoned
+            raise Abandoned
         deadline = time.monotonic() + self.connect_timeout + 5
         while True:
             if call.abandoned:
-                raise _Abandoned
+                raise Abandoned
             try:
                 conn = pool.getconn(timeout=_GETCONN_SLICE)
                 break
@@ -275,9 +275,9 @@ class Connections:
         if sock is not None:
             sock.close()
         pool.putconn(conn)
-        raise _Abandoned
+        raise Abandoned
 
-    def checkin(self, call: _Call, conn: Any) -> None:
+    def checkin(self, call: Call, conn: Any) -> None:
         with self.lock:
             sock, call.sock = call.sock, None
             self.calls.discard(call)
@@ -300,13 +300,13 @@ class Connections:
         if time.monotonic() - self.returned.get(conn, 0.0) > _CHECK_AFTER:
             conn.execute("")
 
-    def cut(self, call: _Call) -> None:
+    def cut(self, call: Call) -> None:
         with self.lock:
             call.abandoned = True
             self.cut_locked(call)
 
     @staticmethod
-    def cut_locked(call: _Call) -> None:
+    def cut_locked(call: Call) -> None:
         if call.sock is not None:
             # OSError: not connected any more, so the thread's wait has ended already.
             with contextlib.suppress(OSError):
@@ -314,18 +314,18 @@ class Connections:
 
     # -- connections of their own --------------------------------------------------------
 
-    def direct(self, call: _Call, fn: Callable[[Any], T]) -> T:
+    def direct(self, call: Call, fn: Callable[[Any], T]) -> T:
         """``fn(conn)`` on a new autocommit connection (not the pool's), closed after.
 
         Blocking, for a worker thread: the connection's socket is registered
         with *call* while *fn* runs, so that a caller who leaves can cut it.
         """
-        psycopg, _ = _psycopg()
+        psycopg, _ = psycopg_module()
         conn = psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
         try:
             with self.lock:
                 if call.abandoned:
-                    raise _Abandoned
+                    raise Abandoned
                 call.sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
             return fn(conn)
         finally:
@@ -344,7 +344,7 @@ class Connections:
         """
         token = trio.lowlevel.current_trio_token()
         stop = threading.Event()
-        call = _Call()
+        call = Call()
 
         async def stop_when_cancelled() -> None:
             try:
@@ -370,7 +370,7 @@ class Connections:
         changed: Callable[[], None],
         token: trio.lowlevel.TrioToken,
         stop: threading.Event,
-        call: _Call,
+        call: Call,
     ) -> None:
         """``LISTEN`` on *channel*, calling *changed()* in Trio for each notification.
 
@@ -379,7 +379,7 @@ class Connections:
         (re)connection *changed()* is called once, since anything may have
         changed while no one listened.
         """
-        psycopg, _ = _psycopg()
+        psycopg, _ = psycopg_module()
         from psycopg import sql
 
         listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
@@ -445,7 +445,7 @@ def _message(exc: BaseException) -> str:
 
 def _transient(exc: BaseException) -> bool:
     """Whether a retry (on a new connection) may cure the psycopg error *exc*."""
-    _, psycopg_pool = _psycopg()
+    _, psycopg_pool = psycopg_module()
     import psycopg
 
     if isinstance(exc, psycopg_pool.PoolTimeout):
@@ -460,7 +460,7 @@ def _transient(exc: BaseException) -> bool:
     return _PERMANENT.search(str(exc)) is None
 
 
-def _describe(params: Mapping[str, Any]) -> str:
+def describe(params: Mapping[str, Any]) -> str:
     """``postgresql://user@host:port/dbname`` from parsed conninfo, never the password.
 
     What the conninfo leaves out comes from libpq's environment variables,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from ._postgres_conn import Connections, _Call
+from ._postgres_conn import Call, Connections
 from ._postgres_tables import Tables
 from ._postgres_writer import Writer
 
@@ -50,7 +50,7 @@ async def open_store(conns: Connections, tables: Tables, writer: Writer) -> None
     conns.limiter = trio.CapacityLimiter(conns.pool_size)
 
     async def migrate_in_thread(retrying: bool) -> None:
-        call = _Call()
+        call = Call()
         try:
             await trio.to_thread.run_sync(
                 conns.direct, call, tables.migrate, abandon_on_cancel=True

@@ -32,22 +32,11 @@ from ._leases import (
     renewal,
 )
 from ._mailbox import Message, decide_send, load_message, message_gap
+from ._owners import Renewal, Served, WorkerAd, dumps_served, loads_served
 from ._postgres_sql import ADVISORY_LOCK_CLASS, SCHEMA_VERSION, Statements
-from ._protocol import (
-    Entry,
-    RecordDecodeError,
-    Renewal,
-    RunRecord,
-    Served,
-    WorkerAd,
-    dumps_record,
-    dumps_served,
-    first_gap,
-    load_entry,
-    load_run_record,
-    loads_served,
-)
 from ._queue import RunFilter, decide_dispatch, dispatchable
+from ._record_json import RecordDecodeError, dumps_record, first_gap
+from ._records import Entry, RunRecord, load_entry, load_run_record
 
 __all__ = ("Tables",)
 

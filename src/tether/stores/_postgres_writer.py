@@ -8,7 +8,7 @@ unnest(...)``). If that fails (most likely an entry that is already
 stored), the batch is redone job by job, each in a savepoint, looking
 duplicates up, so one bad job fails alone. A caller who leaves withdraws
 its job if the writer has not taken it yet; a batch whose every caller
-left is cut (see :class:`._postgres_conn._Call`).
+left is cut (see :class:`._postgres_conn.Call`).
 
 It is separate from the store because it is a small concurrent program of
 its own (a queue, job states shared across threads, a batch in flight) and
@@ -29,16 +29,16 @@ import trio
 from .._errors import LeaseLostError, RunNotFoundError, StoreError, TetherError, UsageError
 from ._group_commit import PENDING, WITHDRAWN, drain, hand_back, take_pending
 from ._leases import check_append
-from ._postgres_conn import Connections, _Abandoned, _Call, _psycopg
+from ._postgres_conn import Abandoned, Call, Connections, psycopg_module
 from ._postgres_tables import Tables
-from ._protocol import Entry
+from ._records import Entry
 from ._rows import Appending, row_data
 
 __all__ = ("Writer",)
 
 
 @attrs.define(eq=False)
-class _Job:
+class Job:
     """One queued append, for the writer thread."""
 
     appending: Appending
@@ -54,7 +54,7 @@ class _Job:
 _Result: TypeAlias = tuple[list[int | Entry] | None, BaseException | None]
 
 
-def _wake(jobs: list[_Job]) -> None:
+def _wake(jobs: list[Job]) -> None:
     for job in jobs:
         job.done.set()
 
@@ -74,17 +74,17 @@ class Writer:
         self._conns = conns
         self._tables = tables
         self._label = conns.label
-        self.queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
-        self.call = _Call()
+        self.call = Call()
         self.hard_stop = threading.Event()
-        self.inflight: list[_Job] = []  # the batch being committed, guarded by the lock
+        self.inflight: list[Job] = []  # the batch being committed, guarded by the lock
         # Test hooks: the sizes (in appends) of the writer's latest batches.
         self.batches: collections.deque[int] = collections.deque(maxlen=1000)
 
     def start(self) -> None:
         """Start the thread (the store is open: appends are taken)."""
-        self.call = _Call()
+        self.call = Call()
         self.hard_stop.clear()
         self.thread = threading.Thread(
             target=self._loop, name=f"tether {self._label} writer", daemon=True
@@ -112,7 +112,7 @@ class Writer:
         if not conns.is_open:
             await trio.lowlevel.checkpoint()
             raise UsageError(f"{what}: {self._label} is not open")
-        job = _Job(appending, trio.lowlevel.current_trio_token())
+        job = Job(appending, trio.lowlevel.current_trio_token())
         with conns.lock:
             if not conns.is_open:  # closed since the check above (no checkpoint between)
                 raise UsageError(f"{what}: {self._label} is not open")
@@ -131,7 +131,7 @@ class Writer:
             raise
         if job.error is not None:
             error, job.error = job.error, None
-            if isinstance(error, _Abandoned):
+            if isinstance(error, Abandoned):
                 raise StoreError(f"{what}: {self._label} was closed before the write") from None
             raise error
         assert job.result is not None
@@ -149,9 +149,9 @@ class Writer:
             if taken:
                 self._commit(taken)
 
-    def _commit(self, jobs: list[_Job]) -> None:
+    def _commit(self, jobs: list[Job]) -> None:
         """Store *jobs* in one transaction and wake their waiters."""
-        psycopg, _ = _psycopg()
+        psycopg, _ = psycopg_module()
         results: list[_Result]
         call = self.call
         try:
@@ -175,7 +175,7 @@ class Writer:
             self.inflight = []
         hand_back(jobs, results, _wake)
 
-    def _batch(self, conn: Any, jobs: list[_Job]) -> list[_Result]:
+    def _batch(self, conn: Any, jobs: list[Job]) -> list[_Result]:
         """The fast path: a few statements for the whole batch, no duplicate lookups."""
         sql = self._tables.sql
         run_ids = sorted({job.appending.run_id for job in jobs})
@@ -213,9 +213,9 @@ class Writer:
             conn.execute(sql.insert_entries, cols)
         return results
 
-    def _jobs(self, conn: Any, jobs: list[_Job]) -> list[_Result]:
+    def _jobs(self, conn: Any, jobs: list[Job]) -> list[_Result]:
         """The slow path: job by job, each in a savepoint, locking runs in ``run_id`` order."""
-        psycopg, _ = _psycopg()
+        psycopg, _ = psycopg_module()
         results: list[_Result] = [(None, None)] * len(jobs)
         order = sorted(range(len(jobs)), key=lambda i: jobs[i].appending.run_id)
         for i in order:

@@ -27,9 +27,10 @@ from typing import Final
 
 import attrs
 
-from .._errors import RunNotFoundError, UsageError
+from .._errors import ErrorInfo, RunNotFoundError, UsageError
 from ._leases import cancelled_record
-from ._protocol import ErrorInfo, RunRecord, RunStatus, Served, utcnow
+from ._owners import Served
+from ._records import RunRecord, RunStatus, utcnow
 
 __all__ = (
     "DEAD_LETTER_ERROR",

@@ -21,7 +21,18 @@ from datetime import datetime
 from typing import Any, Final, TypeVar
 
 __all__ = (
+    "ENTRY_FIELDS",
+    "ENTRY_FIELDS_V1",
+    "ENTRY_FIELDS_V3",
     "FORMAT_VERSION",
+    "RUN_FIELDS_BY_VERSION",
+    "count",
+    "enum_field",
+    "exact_fields",
+    "idempotency_digest",
+    "opt_str",
+    "str_field",
+    "time_field",
     "RecordDecodeError",
     "dumps_record",
     "entry_checksum",
@@ -38,7 +49,7 @@ FORMAT_VERSION = 5
 
 
 # The fields of each format version, exactly: ``from_json`` refuses a missing or unknown one.
-_ENTRY_FIELDS_V1 = (
+ENTRY_FIELDS_V1 = (
     "run_id",
     "seq",
     "key",
@@ -51,8 +62,8 @@ _ENTRY_FIELDS_V1 = (
     "finished_at",
     "attempt",
 )
-_ENTRY_FIELDS = (*_ENTRY_FIELDS_V1, "token", "checksum")
-_ENTRY_FIELDS_V3 = (*_ENTRY_FIELDS, "position")  # with the call's position
+ENTRY_FIELDS = (*ENTRY_FIELDS_V1, "token", "checksum")
+ENTRY_FIELDS_V3 = (*ENTRY_FIELDS, "position")  # with the call's position
 _RUN_FIELDS_V1 = (
     "run_id",
     "workflow",
@@ -68,7 +79,7 @@ _RUN_FIELDS_V1 = (
 _RUN_FIELDS_V2 = (*_RUN_FIELDS_V1, "owner", "token", "cancel_requested")
 _RUN_FIELDS_V3 = (*_RUN_FIELDS_V2, "dispatches")
 _RUN_FIELDS_V4 = (*_RUN_FIELDS_V3, "version")
-_RUN_FIELDS_BY_VERSION: Final = {
+RUN_FIELDS_BY_VERSION: Final = {
     1: _RUN_FIELDS_V1,
     2: _RUN_FIELDS_V2,
     3: _RUN_FIELDS_V3,
@@ -134,7 +145,7 @@ def loads_record(text: str | bytes, decode: Callable[[object], Any]) -> Any:
         raise RecordDecodeError(str(exc)) from None
 
 
-def _exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, Any]:
+def exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordDecodeError(f"{what} must be a JSON object, not {type(data).__name__}")
     missing = [f for f in fields if f not in data]
@@ -149,18 +160,18 @@ def _exact_fields(data: object, fields: Sequence[str], what: str) -> dict[str, A
     return data
 
 
-def _str(d: dict[str, Any], name: str, what: str) -> str:
+def str_field(d: dict[str, Any], name: str, what: str) -> str:
     v = d[name]
     if type(v) is not str:
         raise RecordDecodeError(f"{what} field {name!r} must be a string, not {v!r:.100}")
     return v
 
 
-def _opt_str(d: dict[str, Any], name: str, what: str) -> str | None:
-    return None if d[name] is None else _str(d, name, what)
+def opt_str(d: dict[str, Any], name: str, what: str) -> str | None:
+    return None if d[name] is None else str_field(d, name, what)
 
 
-def _count(d: dict[str, Any], name: str) -> int:
+def count(d: dict[str, Any], name: str) -> int:
     """A non-negative integer field of a run record (0 when an older version lacks it)."""
     v = d.get(name, 0)
     if type(v) is not int or v < 0:
@@ -170,7 +181,7 @@ def _count(d: dict[str, Any], name: str) -> int:
     return v
 
 
-def _enum(cls: type[E], d: dict[str, Any], name: str, what: str) -> E:
+def enum_field(cls: type[E], d: dict[str, Any], name: str, what: str) -> E:
     v = d[name]
     try:
         if type(v) is not str:
@@ -183,8 +194,8 @@ def _enum(cls: type[E], d: dict[str, Any], name: str, what: str) -> E:
         ) from None
 
 
-def _time(d: dict[str, Any], name: str, what: str) -> datetime:
-    v = _str(d, name, what)
+def time_field(d: dict[str, Any], name: str, what: str) -> datetime:
+    v = str_field(d, name, what)
     try:
         t = datetime.fromisoformat(v)
     except ValueError:
@@ -222,7 +233,7 @@ def entry_checksum(idempotency_key: str, seq: int) -> str:
 _IDEMPOTENCY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _idempotency_digest(data: dict[str, Any]) -> str:
+def idempotency_digest(data: dict[str, Any]) -> str:
     """:attr:`Entry.idempotency_key` of an entry's ``to_json()`` without ``"seq"``.
 
     For stores that encode the entry anyway: they pay for ``to_json()`` once.

@@ -20,7 +20,9 @@ from typing import Final
 
 import attrs
 
-from ._protocol import Entry, EntryKind, EntryStatus, ErrorInfo, entry_checksum
+from .._errors import ErrorInfo
+from ._record_json import entry_checksum
+from ._records import Entry, EntryKind, EntryStatus
 
 __all__ = (
     "Appending",

@@ -32,8 +32,9 @@ import trio
 from .._errors import UsageError
 from ._leases import ClaimDecision, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
-from ._protocol import Entry, Renewal, RunRecord, RunStatus, Served, WorkerAd, dumps_served
+from ._owners import Renewal, Served, WorkerAd, dumps_served
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
+from ._records import Entry, RunRecord, RunStatus
 from ._sqlite_conn import Connections
 from ._sqlite_rows import encode_append, time_of
 from ._sqlite_sql import SCHEMA_VERSION

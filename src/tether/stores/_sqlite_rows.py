@@ -25,14 +25,8 @@ import attrs
 
 from .._errors import CheckpointCorruptError
 from ._mailbox import Message, load_message
-from ._protocol import (
-    Entry,
-    RecordDecodeError,
-    RunRecord,
-    dumps_record,
-    load_entry,
-    load_run_record,
-)
+from ._record_json import RecordDecodeError, dumps_record
+from ._records import Entry, RunRecord, load_entry, load_run_record
 from ._rows import Appending, encode_append, encode_entry, generic_encode_entry, row_data
 
 __all__ = (

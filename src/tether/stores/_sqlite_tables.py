@@ -37,18 +37,10 @@ from ._leases import (
     renewal,
 )
 from ._mailbox import Message, decide_send, message_gap
-from ._protocol import (
-    Entry,
-    RecordDecodeError,
-    Renewal,
-    RunRecord,
-    Served,
-    WorkerAd,
-    dumps_record,
-    first_gap,
-    loads_served,
-)
+from ._owners import Renewal, Served, WorkerAd, loads_served
 from ._queue import RunFilter, decide_dispatch, dispatchable
+from ._record_json import RecordDecodeError, dumps_record, first_gap
+from ._records import Entry, RunRecord
 from ._sqlite_rows import (
     Appending,
     corrupt,

@@ -20,7 +20,7 @@ from ._owners import Renewal, Served, WorkerAd
 if TYPE_CHECKING:
     # Annotations only (nothing evaluates them at run time: runtime_checkable
     # checks method names): the records' module re-exports these protocols.
-    from ._protocol import Entry, RunRecord, RunStatus
+    from ._records import Entry, RunRecord, RunStatus
 
 __all__ = (
     "ADVERTISE_METHODS",

@@ -14,7 +14,7 @@
   automatically: store and engine fixtures, seeded tests, the explorer.
 """
 
-from .._clock import TrioWallClock as TrioWallClock
+from .._core._clock import TrioWallClock as TrioWallClock
 from ._clock import ClockHoldingStore as ClockHoldingStore
 from ._conformance import CHECKS as CHECKS
 from ._conformance import ConformanceResult as ConformanceResult

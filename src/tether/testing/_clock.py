@@ -12,16 +12,9 @@ import trio.testing
 
 from ..stores._mailbox import MailboxStore, Message
 from ..stores._memory import MemoryStore
-from ..stores._protocol import (
-    AdvertisingStore,
-    Entry,
-    Renewal,
-    RunRecord,
-    Served,
-    Store,
-    WorkerAd,
-    WorkerStore,
-)
+from ..stores._owners import Renewal, Served, WorkerAd
+from ..stores._records import Entry, RunRecord
+from ..stores._store import AdvertisingStore, Store, WorkerStore
 
 __all__ = ("ClockHoldingStore", "hold_clock")
 

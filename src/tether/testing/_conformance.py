@@ -12,30 +12,24 @@ from datetime import timedelta, timezone
 import attrs
 import trio
 
-from .._errors import RunConflictError, RunNotFoundError
-from ..stores._protocol import (
-    Entry,
-    EntryKind,
-    EntryStatus,
-    ErrorInfo,
-    RunStatus,
-    Store,
-)
+from .._errors import ErrorInfo, RunConflictError, RunNotFoundError
+from ..stores._records import Entry, EntryKind, EntryStatus, RunStatus
+from ..stores._store import Store
 from ._conformance_base import (
     CANCEL_POINTS,
     ConformanceResult,
     Corrupter,
+    Ctx,
+    Opened,
     Reopener,
+    Skip,
     StoreConformanceError,
     StoreFactory,
     Tamperer,
-    _cancelled,
-    _Ctx,
-    _expect_corrupt,
-    _maybe_await,
-    _Opened,
-    _same,
-    _Skip,
+    cancelled,
+    expect_corrupt,
+    maybe_await,
+    same,
 )
 from ._conformance_delete import DELETE_CHECKS
 from ._conformance_leases import LEASE_CHECKS
@@ -56,9 +50,9 @@ __all__ = (
 # -- the checks ------------------------------------------------------------------------
 
 
-async def check_run_round_trip(ctx: _Ctx) -> None:
+async def check_run_round_trip(ctx: Ctx) -> None:
     """create/get/update/list return exactly what was stored."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         record = ctx.run("rt-1", requests=('{"q":1}', '{"q":2}'))
         await store.create_run(record)
         got = await store.get_run("rt-1")
@@ -78,9 +72,9 @@ async def check_run_round_trip(ctx: _Ctx) -> None:
         assert runs == [updated], f"list_runs returned {runs!r}"
 
 
-async def check_list_runs_order(ctx: _Ctx) -> None:
+async def check_list_runs_order(ctx: Ctx) -> None:
     """list_runs returns every run, oldest first (not sorted by id)."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         records = [ctx.run(run_id) for run_id in ("order-c", "order-a", "order-b")]
         for record in records:
             await store.create_run(record)
@@ -90,9 +84,9 @@ async def check_list_runs_order(ctx: _Ctx) -> None:
         assert runs == records
 
 
-async def check_create_conflict(ctx: _Ctx) -> None:
+async def check_create_conflict(ctx: Ctx) -> None:
     """create_run of an existing id raises RunConflictError and changes nothing."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         first = ctx.run("dup")
         await store.create_run(first)
         try:
@@ -105,9 +99,9 @@ async def check_create_conflict(ctx: _Ctx) -> None:
         assert got == first, f"the failed create_run changed the record: {got!r}"
 
 
-async def check_unknown_run(ctx: _Ctx) -> None:
+async def check_unknown_run(ctx: Ctx) -> None:
     """Unknown runs: get_run -> None, load_entries -> empty, update/append raise."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         got = await store.get_run("nobody")
         assert got is None, f"get_run of an unknown id returned {got!r}"
         entries = list(await store.load_entries("nobody"))
@@ -127,9 +121,9 @@ async def check_unknown_run(ctx: _Ctx) -> None:
         assert list(await store.load_entries("nobody")) == []
 
 
-async def check_append_seqs(ctx: _Ctx) -> None:
+async def check_append_seqs(ctx: Ctx) -> None:
     """append assigns distinct increasing seqs and returns the stored entries."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         await store.create_run(ctx.run("seq"))
         given = [ctx.entry("seq", f"s#{i}") for i in range(3)]
         returned: list[Entry] = []
@@ -146,7 +140,7 @@ async def check_append_seqs(ctx: _Ctx) -> None:
         returned += out
         given += batch
         for r, g in zip(returned, given, strict=True):
-            assert _same(r, g), f"append returned {r!r} for {g!r}"
+            assert same(r, g), f"append returned {r!r} for {g!r}"
         seqs = [r.seq for r in returned]
         assert all(isinstance(s, int) for s in seqs), f"seqs {seqs}"
         assert seqs == sorted(set(seqs)), f"seqs not distinct and increasing: {seqs}"  # type: ignore[type-var]
@@ -154,10 +148,10 @@ async def check_append_seqs(ctx: _Ctx) -> None:
         assert loaded == returned, f"load_entries returned {loaded!r}, append returned {returned!r}"
 
 
-async def check_concurrent_appends(ctx: _Ctx) -> None:
+async def check_concurrent_appends(ctx: Ctx) -> None:
     """50 appends started at once from a nursery are all kept, with distinct seqs."""
     n = 50
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         await store.create_run(ctx.run("par"))
         given = [ctx.entry("par", f"p#{i}") for i in range(n)]
         returned: dict[int, Entry] = {}
@@ -171,7 +165,7 @@ async def check_concurrent_appends(ctx: _Ctx) -> None:
             for i in range(n):
                 nursery.start_soon(one, i)
         for i, g in enumerate(given):
-            assert _same(returned[i], g), f"append returned {returned[i]!r} for {g!r}"
+            assert same(returned[i], g), f"append returned {returned[i]!r} for {g!r}"
         seqs = sorted(e.seq for e in returned.values() if e.seq is not None)
         assert len(set(seqs)) == n, f"{n} concurrent appends got {len(set(seqs))} distinct seqs"
         loaded = list(await store.load_entries("par"))
@@ -182,9 +176,9 @@ async def check_concurrent_appends(ctx: _Ctx) -> None:
         ), "load_entries differs from what append returned"
 
 
-async def check_reads_are_copies(ctx: _Ctx) -> None:
+async def check_reads_are_copies(ctx: Ctx) -> None:
     """Changing what a read returned changes nothing stored."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         await store.create_run(ctx.run("copy"))
         await store.append("copy", [ctx.entry("copy", "s#0")])
         entries = await store.load_entries("copy")
@@ -199,9 +193,9 @@ async def check_reads_are_copies(ctx: _Ctx) -> None:
         assert list(await store.list_runs()) == runs_before, "list_runs shares its list"
 
 
-async def check_journals_independent(ctx: _Ctx) -> None:
+async def check_journals_independent(ctx: Ctx) -> None:
     """Appends to one run never show up in another's journal."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         for run_id in ("ind-a", "ind-b"):
             await store.create_run(ctx.run(run_id))
         for i in range(3):
@@ -220,16 +214,16 @@ async def _append_cancelled(
     store: Store, e: Entry, *, step: int | None, yields: int, delay: float
 ) -> list[Entry]:
     """Append *e* under a scope cancelled at the chosen moment; what it returned."""
-    returned = await _cancelled(
+    returned = await cancelled(
         lambda: store.append(e.run_id, [e]), step=step, yields=yields, delay=delay
     )
     return [] if returned is None else list(returned)
 
 
-async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
+async def check_cancelled_append_atomic(ctx: Ctx) -> None:
     """An append cancelled at any point stored its entry whole or not at all,
     a returned append is stored, and retrying the same entry keeps one copy."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         await store.create_run(ctx.run("atom"))
         # Cancel at the n-th checkpoint inside the call; after n passes of
         # another task; after short real-time waits (a thread-backed store is
@@ -247,7 +241,7 @@ async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
             if returned:
                 assert mine, f"{where}: append returned but nothing is stored"
             if mine:
-                assert _same(mine[0], e), f"{where}: torn record {mine[0]!r} for {e!r}"
+                assert same(mine[0], e), f"{where}: torn record {mine[0]!r} for {e!r}"
             again = list(await store.append("atom", [e]))
             mine = [x for x in await store.load_entries("atom") if x.key == e.key]
             assert len(mine) == 1, f"{where}, then retried: {len(mine)} copies stored"
@@ -257,9 +251,9 @@ async def check_cancelled_append_atomic(ctx: _Ctx) -> None:
         assert len(set(seqs)) == len(seqs) == len(CANCEL_POINTS), f"seqs {seqs}"
 
 
-async def check_idempotent_append(ctx: _Ctx) -> None:
+async def check_idempotent_append(ctx: Ctx) -> None:
     """Appending an entry equal to a stored one returns the stored one."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         await store.create_run(ctx.run("idem"))
         e = ctx.entry("idem", "s#0")
         (first,) = await store.append("idem", [e])
@@ -268,49 +262,49 @@ async def check_idempotent_append(ctx: _Ctx) -> None:
         assert second == first, f"re-append returned {second!r}, first {first!r}"
         other = attrs.evolve(e, attempt=2)  # a different record of the same key
         (third,) = await store.append("idem", [other])
-        assert third.seq != first.seq and _same(third, other)
+        assert third.seq != first.seq and same(third, other)
         loaded = list(await store.load_entries("idem"))
         assert [x.key for x in loaded] == ["s#0", "s#1", "s#0"], [x.key for x in loaded]
 
 
-async def check_strict_reads(ctx: _Ctx) -> None:
+async def check_strict_reads(ctx: Ctx) -> None:
     """A record that does not decode raises CheckpointCorruptError naming the run;
     nothing older is returned in its place."""
     if ctx.corrupt is None:
-        raise _Skip("no corrupt= hook given (a store that holds objects cannot corrupt them)")
-    async with _Opened(await ctx.make()) as store:
+        raise Skip("no corrupt= hook given (a store that holds objects cannot corrupt them)")
+    async with Opened(await ctx.make()) as store:
         await store.create_run(ctx.run("strict-old"))
         await store.create_run(ctx.run("strict-new"))
         for i in range(3):
             await store.append("strict-new", [ctx.entry("strict-new", f"s#{i}")])
         newest = list(await store.load_entries("strict-new"))[-1]
         assert newest.seq is not None
-        await _maybe_await(ctx.corrupt(store, "strict-new", newest.seq))
-        await _expect_corrupt(
+        await maybe_await(ctx.corrupt(store, "strict-new", newest.seq))
+        await expect_corrupt(
             "load_entries with its newest entry corrupt", "strict-new", store.load_entries
         )
-        await _maybe_await(ctx.corrupt(store, "strict-new", None))
-        await _expect_corrupt("get_run of a corrupt run record", "strict-new", store.get_run)
-        await _expect_corrupt(
+        await maybe_await(ctx.corrupt(store, "strict-new", None))
+        await expect_corrupt("get_run of a corrupt run record", "strict-new", store.get_run)
+        await expect_corrupt(
             "list_runs with the newest run corrupt", "strict-new", lambda _: store.list_runs()
         )
         got = await store.get_run("strict-old")
         assert got is not None and got.run_id == "strict-old", "a healthy run became unreadable"
 
 
-async def check_reopen(ctx: _Ctx) -> None:
+async def check_reopen(ctx: Ctx) -> None:
     """Everything stored is there after close and reopen on the same location."""
     if ctx.reopen is None:
-        raise _Skip("no reopen= hook given (a store that keeps nothing after close)")
+        raise Skip("no reopen= hook given (a store that keeps nothing after close)")
     first = await ctx.make()
-    async with _Opened(first) as store:
+    async with Opened(first) as store:
         record = ctx.run("keep")
         await store.create_run(record)
         stored = list(await store.append("keep", [ctx.entry("keep", f"s#{i}") for i in range(2)]))
         record = attrs.evolve(record, status=RunStatus.COMPLETED, result="1")
         await store.update_run(record)
-    second = await _maybe_await(ctx.reopen(first))
-    async with _Opened(second) as store:
+    second = await maybe_await(ctx.reopen(first))
+    async with Opened(second) as store:
         assert await store.get_run("keep") == record, "the run record changed across reopen"
         assert list(await store.load_entries("keep")) == stored, "the journal changed"
         assert list(await store.list_runs()) == [record]
@@ -319,7 +313,7 @@ async def check_reopen(ctx: _Ctx) -> None:
 
 
 #: Every check by name, in the order :func:`check_store` runs them.
-CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
+CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "run_round_trip": check_run_round_trip,
     "list_runs_order": check_list_runs_order,
     "create_conflict": check_create_conflict,
@@ -392,14 +386,14 @@ async def check_store(
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(CHECKS)}")
-    ctx = _Ctx(factory=factory, reopen=reopen, corrupt=corrupt, remove=remove, alter=alter)
+    ctx = Ctx(factory=factory, reopen=reopen, corrupt=corrupt, remove=remove, alter=alter)
     passed: list[str] = []
     skipped: list[tuple[str, str]] = []
     failures: list[tuple[str, BaseException]] = []
     for name in names:
         try:
             await CHECKS[name](ctx)
-        except _Skip as skip:
+        except Skip as skip:
             skipped.append((name, str(skip)))
         except Exception as exc:  # a failed check; BaseExceptions propagate
             failures.append((name, exc))

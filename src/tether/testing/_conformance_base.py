@@ -18,7 +18,8 @@ import attrs
 import trio
 
 from .._errors import CheckpointCorruptError
-from ..stores._protocol import Entry, RunRecord, Store
+from ..stores._records import Entry, RunRecord
+from ..stores._store import Store
 
 T = TypeVar("T")
 
@@ -56,12 +57,12 @@ class ConformanceResult:
     skipped: tuple[tuple[str, str], ...]
 
 
-class _Skip(Exception):
+class Skip(Exception):
     pass
 
 
 @attrs.define
-class _Ctx:
+class Ctx:
     factory: StoreFactory
     reopen: Reopener | None
     corrupt: Corrupter | None
@@ -70,7 +71,7 @@ class _Ctx:
     clock: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
 
     async def make(self) -> Store:
-        store: Store = await _maybe_await(self.factory())
+        store: Store = await maybe_await(self.factory())
         return store
 
     def time(self, tz: timezone = UTC) -> datetime:
@@ -103,14 +104,14 @@ class _Ctx:
         return Entry(**fields)
 
 
-async def _maybe_await(value: Any) -> Any:
+async def maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
 
 
-class _Opened:
-    """``async with _Opened(store)``: open it, and always close it."""
+class Opened:
+    """``async with Opened(store)``: open it, and always close it."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -123,11 +124,11 @@ class _Opened:
         await self.store.close()
 
 
-def _same(stored: Entry, given: Entry) -> bool:
+def same(stored: Entry, given: Entry) -> bool:
     return stored.seq is not None and stored == given.stored_as(stored.seq)
 
 
-async def _expect_corrupt(what: str, run_id: str, call: Callable[[str], Awaitable[Any]]) -> None:
+async def expect_corrupt(what: str, run_id: str, call: Callable[[str], Awaitable[Any]]) -> None:
     try:
         result = await call(run_id)
     except CheckpointCorruptError as exc:
@@ -137,7 +138,7 @@ async def _expect_corrupt(what: str, run_id: str, call: Callable[[str], Awaitabl
 
 
 #: Moments a cancelled call is cancelled at, as ``(step, yields, delay)`` for
-#: :func:`_cancelled`: at the n-th checkpoint inside the call; after n passes
+#: :func:`cancelled`: at the n-th checkpoint inside the call; after n passes
 #: of another task; after short real-time waits (a thread-backed store is
 #: then mid-write).
 CANCEL_POINTS: Final[tuple[tuple[int | None, int, float], ...]] = (
@@ -165,7 +166,7 @@ class _CancelAtStep(trio.abc.Instrument):
                 self.scope.cancel()
 
 
-async def _cancelled(
+async def cancelled(
     call: Callable[[], Awaitable[T]], *, step: int | None, yields: int, delay: float
 ) -> T | None:
     """``await call()`` under a scope cancelled at the chosen moment (one of

@@ -13,23 +13,24 @@ from __future__ import annotations
 from typing import cast
 
 from .._errors import RunConflictError
-from ..stores._protocol import DeletableStore, EntryKind, RunStatus, Store
-from ._conformance_base import _Ctx, _Opened, _Skip
-from ._conformance_leases import _LONG, A, _refused
+from ..stores._records import EntryKind, RunStatus
+from ..stores._store import DeletableStore, Store
+from ._conformance_base import Ctx, Opened, Skip
+from ._conformance_leases import LONG, A, refused
 
 __all__ = ("DELETE_CHECKS",)
 
 
 def _deletes(store: Store) -> DeletableStore:
     if not callable(getattr(store, "delete_run", None)):
-        raise _Skip("the store has no delete_run (it cannot delete runs)")
+        raise Skip("the store has no delete_run (it cannot delete runs)")
     return cast(DeletableStore, store)
 
 
-async def check_delete_run(ctx: _Ctx) -> None:
+async def check_delete_run(ctx: Ctx) -> None:
     """delete_run removes the record and its journal; the id reads as unknown and can
     be created again, fresh; an unknown id is False; a live lease refuses it."""
-    async with _Opened(await ctx.make()) as store:
+    async with Opened(await ctx.make()) as store:
         deleting = _deletes(store)
         await store.create_run(ctx.run("del-a", status=RunStatus.COMPLETED, result="1"))
         await store.create_run(ctx.run("del-b"))
@@ -60,7 +61,7 @@ async def check_delete_run(ctx: _Ctx) -> None:
         (first,) = await store.append("del-a", [ctx.entry("del-a", "r#0")])
         assert first.seq == 1, f"the first entry of a run created again got seq {first.seq}"
         assert await deleting.delete_run("del-a") is True
-        claimed = await store.claim("del-a", A, ttl=_LONG, create=ctx.run("del-a"))
+        claimed = await store.claim("del-a", A, ttl=LONG, create=ctx.run("del-a"))
         assert claimed.token == 1, f"a claim that creates a deleted id got token {claimed.token}"
 
         # Executing under a live lease: refused, and nothing is deleted.
@@ -68,7 +69,7 @@ async def check_delete_run(ctx: _Ctx) -> None:
             "del-a", [ctx.entry("del-a", "a#0", kind=EntryKind.RESPONSE, token=claimed.token)]
         )
         journal = list(await store.load_entries("del-a"))
-        await _refused(
+        await refused(
             "delete_run of a run with a live lease",
             RunConflictError,
             lambda: deleting.delete_run("del-a"),

@@ -17,19 +17,20 @@ import attrs
 import trio
 
 from .._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
-from ..stores._protocol import RunRecord, RunStatus, Store
-from ._conformance_base import _Ctx, _expect_corrupt, _maybe_await, _Opened, _Skip
+from ..stores._records import RunRecord, RunStatus
+from ..stores._store import Store
+from ._conformance_base import Ctx, Opened, Skip, expect_corrupt, maybe_await
 
 __all__ = ("LEASE_CHECKS",)
 
 #: Lease durations the checks use (seconds, on the store's clock).
-_LONG = 60.0
-_SHORT = 0.3
+LONG = 60.0
+SHORT = 0.3
 
 A, B, C = "host-a:1:a", "host-b:2:b", "host-c:3:c"
 
 
-async def _expire(seconds: float) -> None:
+async def expire(seconds: float) -> None:
     """Let *seconds* pass on every store clock: Trio's (MemoryStore) and the wall clock."""
     wall = time.time() + seconds
     await trio.sleep(seconds)  # Trio's clock, and the wall clock with a real Trio clock
@@ -38,7 +39,7 @@ async def _expire(seconds: float) -> None:
         await trio.to_thread.run_sync(time.sleep, left)
 
 
-async def _refused(
+async def refused(
     what: str, error: type[Exception], call: Callable[[], Awaitable[Any]]
 ) -> Exception:
     try:
@@ -48,7 +49,7 @@ async def _refused(
     raise AssertionError(f"{what}: no {error.__name__}; returned {result!r:.300}")
 
 
-async def _claimed(store: Store, ctx: _Ctx, run_id: str, owner: str, ttl: float) -> RunRecord:
+async def _claimed(store: Store, ctx: Ctx, run_id: str, owner: str, ttl: float) -> RunRecord:
     """A new run, created by *owner*'s claim."""
     record = await store.claim(run_id, owner, ttl=ttl, create=ctx.run(run_id))
     assert record.owner == owner and record.token == 1, (
@@ -58,11 +59,11 @@ async def _claimed(store: Store, ctx: _Ctx, run_id: str, owner: str, ttl: float)
     return record
 
 
-async def check_claim_creates(ctx: _Ctx) -> None:
+async def check_claim_creates(ctx: Ctx) -> None:
     """claim(create=) creates the run already claimed (token 1), in one step; a
     claim of another workflow or other arguments under that id changes nothing."""
-    async with _Opened(await ctx.make()) as store:
-        record = await _claimed(store, ctx, "new", A, _LONG)
+    async with Opened(await ctx.make()) as store:
+        record = await _claimed(store, ctx, "new", A, LONG)
         assert record.lease_expires_at is not None, "a new claim's lease_expires_at is None"
         got = await store.get_run("new")
         assert got is not None and got.owner == A and got.token == 1, f"stored {got!r}"
@@ -74,85 +75,85 @@ async def check_claim_creates(ctx: _Ctx) -> None:
         assert got is not None and got.owner is None, f"after a release: {released!r}"
         other = ctx.run("new", args='["o-2"]')
         for owner in (A, B):
-            await _refused(
+            await refused(
                 "a claim with other arguments",
                 RunConflictError,
-                lambda owner=owner: store.claim("new", owner, ttl=_LONG, create=other),  # type: ignore[misc]
+                lambda owner=owner: store.claim("new", owner, ttl=LONG, create=other),  # type: ignore[misc]
             )
         assert await store.get_run("new") == got, "a refused claim changed the record"
-        same = await store.claim("new", B, ttl=_LONG, create=ctx.run("new"))
+        same = await store.claim("new", B, ttl=LONG, create=ctx.run("new"))
         assert same.owner == B and same.token == 2, f"a claim with the same run gave {same!r}"
-        await _refused(
+        await refused(
             "a claim of an unknown run without create",
             RunNotFoundError,
-            lambda: store.claim("nobody", A, ttl=_LONG),
+            lambda: store.claim("nobody", A, ttl=LONG),
         )
         assert await store.get_run("nobody") is None, "a refused claim created a run"
 
 
-async def check_claim_exclusive(ctx: _Ctx) -> None:
+async def check_claim_exclusive(ctx: Ctx) -> None:
     """While an owner's lease is live, another owner's claim raises RunConflictError
     naming it; the holder may claim again; after a release, others may; tokens grow."""
-    async with _Opened(await ctx.make()) as store:
-        first = await _claimed(store, ctx, "x", A, _LONG)
-        exc = await _refused(
+    async with Opened(await ctx.make()) as store:
+        first = await _claimed(store, ctx, "x", A, LONG)
+        exc = await refused(
             "a claim of a run another owner holds",
             RunConflictError,
-            lambda: store.claim("x", B, ttl=_LONG),
+            lambda: store.claim("x", B, ttl=LONG),
         )
         assert getattr(exc, "owner", None) == A, f"the conflict does not name owner {A}: {exc!r}"
         assert getattr(exc, "expires_at", None) is not None, "the conflict gives no expiry"
-        again = await store.claim("x", A, ttl=_LONG)
+        again = await store.claim("x", A, ttl=LONG)
         assert again.token > first.token, f"tokens did not grow: {first.token}, {again.token}"
         released = attrs.evolve(again, owner=None, lease_expires_at=None)
         await store.update_run(released)
-        after = await store.claim("x", B, ttl=_LONG)
+        after = await store.claim("x", B, ttl=LONG)
         assert after.owner == B and after.token > again.token, f"claim after release: {after!r}"
 
 
-async def check_claim_after_expiry(ctx: _Ctx) -> None:
+async def check_claim_after_expiry(ctx: Ctx) -> None:
     """A lease that expired (on the store's clock) no longer blocks a claim; a live
     one is taken over only with takeover= its exact token."""
-    async with _Opened(await ctx.make()) as store:
-        first = await _claimed(store, ctx, "exp", A, _SHORT)
-        await _expire(_SHORT * 1.5)
+    async with Opened(await ctx.make()) as store:
+        first = await _claimed(store, ctx, "exp", A, SHORT)
+        await expire(SHORT * 1.5)
         got = await store.get_run("exp")
         assert got is not None and got.lease_expires_at is None, (
             f"an expired lease still shows as live: {got!r}"
         )
-        taken = await store.claim("exp", B, ttl=_LONG)
+        taken = await store.claim("exp", B, ttl=LONG)
         assert taken.owner == B and taken.token == first.token + 1, f"takeover gave {taken!r}"
-        await _refused(
+        await refused(
             "a takeover naming a stale token",
             RunConflictError,
-            lambda: store.claim("exp", C, ttl=_LONG, takeover=first.token),
+            lambda: store.claim("exp", C, ttl=LONG, takeover=first.token),
         )
-        forced = await store.claim("exp", C, ttl=_LONG, takeover=taken.token)
+        forced = await store.claim("exp", C, ttl=LONG, takeover=taken.token)
         assert forced.owner == C and forced.token == taken.token + 1, f"takeover gave {forced!r}"
 
 
-async def check_fencing(ctx: _Ctx) -> None:
+async def check_fencing(ctx: Ctx) -> None:
     """After a takeover, writes carrying the old token (append, update_run) raise
     LeaseLostError and store nothing; the new token's writes are kept."""
-    async with _Opened(await ctx.make()) as store:
-        old = await _claimed(store, ctx, "fence", A, _LONG)
+    async with Opened(await ctx.make()) as store:
+        old = await _claimed(store, ctx, "fence", A, LONG)
         (kept,) = await store.append("fence", [ctx.entry("fence", "s#0", token=old.token)])
         assert kept.token == old.token, f"the stored entry lost its token: {kept!r}"
-        new = await store.claim("fence", B, ttl=_LONG, takeover=old.token)
+        new = await store.claim("fence", B, ttl=LONG, takeover=old.token)
         before = list(await store.load_entries("fence"))
         record = await store.get_run("fence")
-        await _refused(
+        await refused(
             "an append with a stale token",
             LeaseLostError,
             lambda: store.append("fence", [ctx.entry("fence", "s#1", token=old.token)]),
         )
-        await _refused(
+        await refused(
             "an append with no token to a claimed run",
             LeaseLostError,
             lambda: store.append("fence", [ctx.entry("fence", "s#1")]),
         )
         stale = attrs.evolve(old, status=RunStatus.COMPLETED, result="1", owner=None)
-        await _refused(
+        await refused(
             "update_run with a stale token", LeaseLostError, lambda: store.update_run(stale)
         )
         assert list(await store.load_entries("fence")) == before, "a refused append stored"
@@ -163,22 +164,22 @@ async def check_fencing(ctx: _Ctx) -> None:
         await store.update_run(done)
         final = await store.get_run("fence")
         assert final is not None and final.status is RunStatus.COMPLETED and final.owner is None
-        await _refused(
+        await refused(
             "an append after the lease was released",
             LeaseLostError,
             lambda: store.append("fence", [ctx.entry("fence", "s#2", token=new.token)]),
         )
 
 
-async def check_renewal(ctx: _Ctx) -> None:
+async def check_renewal(ctx: Ctx) -> None:
     """renew extends every lease of the owner in one call and reports the runs it
     lost and those with a recorded cancel; it never renews a lost lease."""
-    async with _Opened(await ctx.make()) as store:
-        x = await _claimed(store, ctx, "rx", A, _SHORT)
-        y = await _claimed(store, ctx, "ry", A, _SHORT)
-        await _expire(_SHORT * 1.5)
-        taken = await store.claim("ry", B, ttl=_LONG)  # A's lease expired: B takes ry
-        renewal = await store.renew(A, ttl=_LONG, held={"rx": x.token, "ry": y.token})
+    async with Opened(await ctx.make()) as store:
+        x = await _claimed(store, ctx, "rx", A, SHORT)
+        y = await _claimed(store, ctx, "ry", A, SHORT)
+        await expire(SHORT * 1.5)
+        taken = await store.claim("ry", B, ttl=LONG)  # A's lease expired: B takes ry
+        renewal = await store.renew(A, ttl=LONG, held={"rx": x.token, "ry": y.token})
         assert renewal.lost == frozenset({"ry"}), f"renewal reported lost {set(renewal.lost)}"
         rx, ry = await store.get_run("rx"), await store.get_run("ry")
         assert rx is not None and rx.owner == A and rx.lease_expires_at is not None, (
@@ -187,13 +188,13 @@ async def check_renewal(ctx: _Ctx) -> None:
         assert ry is not None and ry.owner == B and ry.token == taken.token, (
             f"the renewal gave ry back to A: {ry!r}"
         )
-        await _refused(
+        await refused(
             "a claim of rx by another owner after A renewed",
             RunConflictError,
-            lambda: store.claim("rx", C, ttl=_LONG),
+            lambda: store.claim("rx", C, ttl=LONG),
         )
         await store.cancel_run("rx")
-        renewal = await store.renew(A, ttl=_LONG, held={"rx": x.token})
+        renewal = await store.renew(A, ttl=LONG, held={"rx": x.token})
         assert renewal.cancelled == frozenset({"rx"}) and not renewal.lost, (
             f"a recorded cancel was not reported: {renewal!r}"
         )
@@ -202,24 +203,24 @@ async def check_renewal(ctx: _Ctx) -> None:
         assert rx is not None and rx.lease_expires_at is None, "renew(ttl=0) left A's lease live"
 
 
-async def check_cancel(ctx: _Ctx) -> None:
+async def check_cancel(ctx: Ctx) -> None:
     """cancel_run: a live owner's run gets cancel_requested (and its failed or paused
     outcome is stored as cancelled); others become cancelled at once; no claim
     succeeds on a cancelled run; a completed one cannot be cancelled."""
-    async with _Opened(await ctx.make()) as store:
-        await _refused(
+    async with Opened(await ctx.make()) as store:
+        await refused(
             "cancel_run of an unknown run", RunNotFoundError, lambda: store.cancel_run("nobody")
         )
-        held = await _claimed(store, ctx, "live", A, _LONG)
+        held = await _claimed(store, ctx, "live", A, LONG)
         (entry,) = await store.append("live", [ctx.entry("live", "s#0", token=held.token)])
         cancelled = await store.cancel_run("live")
         assert cancelled.cancel_requested and cancelled.status is RunStatus.RUNNING, (
             f"cancel gave {cancelled!r}"
         )
-        exc = await _refused(
+        exc = await refused(
             "a claim of a run with a recorded cancel",
             RunCancelledError,
-            lambda: store.claim("live", B, ttl=_LONG),
+            lambda: store.claim("live", B, ttl=LONG),
         )
         assert "live" in str(exc), f"the error does not name the run: {exc}"
         failed = attrs.evolve(held, status=RunStatus.FAILED, owner=None, lease_expires_at=None)
@@ -232,7 +233,7 @@ async def check_cancel(ctx: _Ctx) -> None:
         assert list(await store.load_entries("live")) == [entry], "the journal was not kept"
 
         # A run with no live owner (paused here) is cancelled at once, requests cleared.
-        idle = await _claimed(store, ctx, "idle", A, _LONG)
+        idle = await _claimed(store, ctx, "idle", A, LONG)
         paused = attrs.evolve(
             idle, status=RunStatus.PAUSED, requests=('{"key":"ask#0"}',), owner=None
         )
@@ -242,49 +243,49 @@ async def check_cancel(ctx: _Ctx) -> None:
         again = await store.cancel_run("idle")
         assert again.status is RunStatus.CANCELLED, "a second cancel changed the run"
         for owner in (A, B):
-            await _refused(
+            await refused(
                 "a claim of a cancelled run",
                 RunCancelledError,
-                lambda owner=owner: store.claim("idle", owner, ttl=_LONG),  # type: ignore[misc]
+                lambda owner=owner: store.claim("idle", owner, ttl=LONG),  # type: ignore[misc]
             )
 
-        done = await _claimed(store, ctx, "done", A, _LONG)
+        done = await _claimed(store, ctx, "done", A, LONG)
         finished = attrs.evolve(done, status=RunStatus.COMPLETED, result="1", owner=None)
         await store.update_run(finished)
         before = await store.get_run("done")
-        await _refused(
+        await refused(
             "cancel_run of a completed run", RunConflictError, lambda: store.cancel_run("done")
         )
         assert await store.get_run("done") == before, "a refused cancel changed the run"
 
 
-async def check_journal_gap(ctx: _Ctx) -> None:
+async def check_journal_gap(ctx: Ctx) -> None:
     """A journal missing a seq below the highest raises CheckpointCorruptError."""
     if ctx.remove is None:
-        raise _Skip("no remove= hook given (a store that holds objects cannot lose one)")
-    async with _Opened(await ctx.make()) as store:
-        record = await _claimed(store, ctx, "gap", A, _LONG)
+        raise Skip("no remove= hook given (a store that holds objects cannot lose one)")
+    async with Opened(await ctx.make()) as store:
+        record = await _claimed(store, ctx, "gap", A, LONG)
         for i in range(3):
             await store.append("gap", [ctx.entry("gap", f"s#{i}", token=record.token)])
-        await _maybe_await(ctx.remove(store, "gap", 2))
-        await _expect_corrupt("load_entries with seq 2 missing", "gap", store.load_entries)
+        await maybe_await(ctx.remove(store, "gap", 2))
+        await expect_corrupt("load_entries with seq 2 missing", "gap", store.load_entries)
 
 
-async def check_entry_checksum(ctx: _Ctx) -> None:
+async def check_entry_checksum(ctx: Ctx) -> None:
     """An entry whose stored content changed (a digit of its value) raises
     CheckpointCorruptError: it is not replayed as a valid value."""
     if ctx.alter is None:
-        raise _Skip("no alter= hook given (a store that holds objects cannot change one)")
-    async with _Opened(await ctx.make()) as store:
-        record = await _claimed(store, ctx, "sum", A, _LONG)
+        raise Skip("no alter= hook given (a store that holds objects cannot change one)")
+    async with Opened(await ctx.make()) as store:
+        record = await _claimed(store, ctx, "sum", A, LONG)
         for i in range(2):
             await store.append("sum", [ctx.entry("sum", f"s#{i}", token=record.token)])
-        await _maybe_await(ctx.alter(store, "sum", 1))
-        await _expect_corrupt("load_entries with entry 1 altered", "sum", store.load_entries)
+        await maybe_await(ctx.alter(store, "sum", 1))
+        await expect_corrupt("load_entries with entry 1 altered", "sum", store.load_entries)
 
 
 #: The lease checks by name, in the order :func:`check_store` runs them.
-LEASE_CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
+LEASE_CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "claim_creates": check_claim_creates,
     "claim_exclusive": check_claim_exclusive,
     "claim_after_expiry": check_claim_after_expiry,

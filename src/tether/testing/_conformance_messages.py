@@ -21,9 +21,10 @@ import trio
 
 from .._errors import RunConflictError, RunNotFoundError, UsageError
 from ..stores._mailbox import MailboxStore, Message, mailbox_of
-from ..stores._protocol import DeletableStore, RunStatus, Store, WorkerStore
-from ._conformance_base import CANCEL_POINTS, _cancelled, _Ctx, _maybe_await, _Opened, _Skip
-from ._conformance_leases import _LONG, A, B, _refused
+from ..stores._records import RunStatus
+from ..stores._store import DeletableStore, Store, WorkerStore
+from ._conformance_base import CANCEL_POINTS, Ctx, Opened, Skip, cancelled, maybe_await
+from ._conformance_leases import LONG, A, B, refused
 
 __all__ = ("MESSAGE_CHECKS",)
 
@@ -34,7 +35,7 @@ _VALUES = ('{"z": 1.50, "a":["ü", "\\u00e9"]}', " true ", "[]", '"text"', "1e3"
 def _mailbox(store: Store) -> MailboxStore:
     mailbox = mailbox_of(store)
     if mailbox is None:
-        raise _Skip("the store has no send_message/load_messages (it keeps no messages)")
+        raise Skip("the store has no send_message/load_messages (it keeps no messages)")
     return mailbox
 
 
@@ -42,10 +43,10 @@ async def _loaded(store: MailboxStore, run_id: str, after: int = 0) -> list[Mess
     return list(await store.load_messages(run_id, after=after))
 
 
-async def check_messages(ctx: _Ctx) -> None:
+async def check_messages(ctx: Ctx) -> None:
     """Messages get seqs 1, 2, 3, ... in send order, per run; come back exactly, pages by
     after=; sent_at is the sender's now in UTC; bad arguments are refused."""
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         await opened.create_run(ctx.run("m-a"))
         await opened.create_run(ctx.run("m-b", status=RunStatus.PAUSED, requests=('{"q":1}',)))
@@ -88,14 +89,14 @@ async def check_messages(ctx: _Ctx) -> None:
             ("after=True", lambda: store.load_messages("m-a", after=True)),
         ]
         for what, call in bad_args:
-            await _refused(f"a mailbox call with {what}", UsageError, call)
+            await refused(f"a mailbox call with {what}", UsageError, call)
         assert await _loaded(store, "m-a") == sent, "a refused send stored something"
 
 
-async def check_concurrent_messages(ctx: _Ctx) -> None:
+async def check_concurrent_messages(ctx: Ctx) -> None:
     """30 sends started at once to one run get the seqs 1 to 30, each once."""
     n = 30
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         await opened.create_run(ctx.run("par"))
         returned: dict[int, Message] = {}
@@ -115,17 +116,17 @@ async def check_concurrent_messages(ctx: _Ctx) -> None:
         ), "load_messages differs from what send_message returned"
 
 
-async def check_cancelled_send_atomic(ctx: _Ctx) -> None:
+async def check_cancelled_send_atomic(ctx: Ctx) -> None:
     """A send cancelled at any point stored its message whole or not at all, once, and a
     send that returned is stored; the mailbox has no gap."""
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         await opened.create_run(ctx.run("atom"))
         returned: dict[str, Message] = {}
         for i, (step, yields, delay) in enumerate(CANCEL_POINTS):
             value = f'"c{i}"'
             send = functools.partial(store.send_message, "atom", "n", value, now=ctx.time())
-            message = await _cancelled(send, step=step, yields=yields, delay=delay)
+            message = await cancelled(send, step=step, yields=yields, delay=delay)
             if message is not None:
                 returned[value] = message
         # (A thread-backed store may still store a send it could not withdraw: never twice.)
@@ -140,13 +141,13 @@ async def check_cancelled_send_atomic(ctx: _Ctx) -> None:
         assert {m.name for m in loaded} <= {"n"}, f"names changed: {loaded!r}"
 
 
-async def check_message_refusals(ctx: _Ctx) -> None:
+async def check_message_refusals(ctx: Ctx) -> None:
     """A send to an unknown run is RunNotFoundError, to a finished one RunConflictError
     naming its status; nothing is stored. A cancel keeps the mailbox."""
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         now = ctx.time()
-        await _refused(
+        await refused(
             "send_message to an unknown run",
             RunNotFoundError,
             lambda: store.send_message("nobody", "approve", "true", now=now),
@@ -162,7 +163,7 @@ async def check_message_refusals(ctx: _Ctx) -> None:
             run_id = f"done-{status.value}"
             record = ctx.run(run_id, status=status)
             await opened.create_run(record)
-            error = await _refused(
+            error = await refused(
                 f"send_message to a {status.value} run",
                 RunConflictError,
                 functools.partial(store.send_message, run_id, "approve", "true", now=now),
@@ -175,7 +176,7 @@ async def check_message_refusals(ctx: _Ctx) -> None:
         kept = [await store.send_message("to-cancel", "approve", str(i), now=now) for i in (1, 2)]
         await opened.cancel_run("to-cancel")
         assert await _loaded(store, "to-cancel") == kept, "cancel_run changed the mailbox"
-        await _refused(
+        await refused(
             "send_message to a run cancelled after it took messages",
             RunConflictError,
             lambda: store.send_message("to-cancel", "approve", "3", now=now),
@@ -183,10 +184,10 @@ async def check_message_refusals(ctx: _Ctx) -> None:
         assert await _loaded(store, "to-cancel") == kept
 
 
-async def check_message_wakes(ctx: _Ctx) -> None:
+async def check_message_wakes(ctx: Ctx) -> None:
     """A waiting run without wake_at (waiting for messages) is never due; a send makes a
     waiting run due at its now (an earlier wake_at is kept), and workers claim it."""
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         workers = (
             cast(WorkerStore, opened) if callable(getattr(opened, "claim_next", None)) else None
@@ -196,7 +197,7 @@ async def check_message_wakes(ctx: _Ctx) -> None:
         await opened.create_run(parked)
         if workers is not None:
             none = await workers.claim_next(
-                A, ttl=_LONG, workflows=["checkout"], max_dispatches=3, now=far
+                A, ttl=LONG, workflows=["checkout"], max_dispatches=3, now=far
             )
             assert none is None, f"claim_next took a run waiting for messages: {none!r}"
         sent_at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
@@ -224,27 +225,27 @@ async def check_message_wakes(ctx: _Ctx) -> None:
         )
         if workers is not None:
             early = await workers.claim_next(
-                A, ttl=_LONG, workflows=["checkout"], max_dispatches=3, now=sent_at
+                A, ttl=LONG, workflows=["checkout"], max_dispatches=3, now=sent_at
             )
             assert early is not None and early.run_id == "inbox", f"claim_next: {early!r}"
             none = await workers.claim_next(
-                B, ttl=_LONG, workflows=["checkout"], max_dispatches=3, now=sent_at
+                B, ttl=LONG, workflows=["checkout"], max_dispatches=3, now=sent_at
             )
             assert none is None, f"claim_next took a run before its wake_at: {none!r}"
             got = await workers.claim_next(
-                B, ttl=_LONG, workflows=["checkout"], max_dispatches=3, now=later
+                B, ttl=LONG, workflows=["checkout"], max_dispatches=3, now=later
             )
             assert got is not None and got.run_id == "timer", f"claim_next: {got!r}"
         assert [m.value for m in await _loaded(store, "inbox")] == ["true", "false"]
 
 
-async def check_message_delete(ctx: _Ctx) -> None:
+async def check_message_delete(ctx: Ctx) -> None:
     """delete_run removes the mailbox: the id reads as empty, and a run created again
     under it starts at seq 1."""
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         if not callable(getattr(opened, "delete_run", None)):
-            raise _Skip("the store has no delete_run (it cannot delete runs)")
+            raise Skip("the store has no delete_run (it cannot delete runs)")
         deleting = cast(DeletableStore, opened)
         await opened.create_run(ctx.run("gone", status=RunStatus.PAUSED))
         await opened.create_run(ctx.run("stays", status=RunStatus.PAUSED))
@@ -260,30 +261,30 @@ async def check_message_delete(ctx: _Ctx) -> None:
         assert await _loaded(store, "gone") == [first], "the old messages came back"
 
 
-async def check_message_reopen(ctx: _Ctx) -> None:
+async def check_message_reopen(ctx: Ctx) -> None:
     """Messages are there after close and reopen, and the next send takes the next seq."""
     if ctx.reopen is None:
-        raise _Skip("no reopen= hook given (a store that keeps nothing after close)")
+        raise Skip("no reopen= hook given (a store that keeps nothing after close)")
     first = await ctx.make()
-    async with _Opened(first) as opened:
+    async with Opened(first) as opened:
         store = _mailbox(opened)
         await opened.create_run(ctx.run("keep"))
         sent = [await store.send_message("keep", "n", str(i), now=ctx.time()) for i in range(2)]
-    second = await _maybe_await(ctx.reopen(first))
-    async with _Opened(second) as opened:
+    second = await maybe_await(ctx.reopen(first))
+    async with Opened(second) as opened:
         store = _mailbox(opened)
         assert await _loaded(store, "keep") == sent, "the mailbox changed across reopen"
         more = await store.send_message("keep", "n", "2", now=ctx.time())
         assert more.seq == 3, f"a send after reopen got seq {more.seq}, not 3"
 
 
-async def check_message_watch(ctx: _Ctx) -> None:
+async def check_message_watch(ctx: Ctx) -> None:
     """A store with watch() announces a send."""
-    async with _Opened(await ctx.make()) as opened:
+    async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
         watch = getattr(opened, "watch", None)
         if not callable(watch):
-            raise _Skip("the store has no watch() (waiters poll it)")
+            raise Skip("the store has no watch() (waiters poll it)")
         await opened.create_run(ctx.run("w"))
         changed = trio.Event()
         async with trio.open_nursery() as nursery:
@@ -299,7 +300,7 @@ async def check_message_watch(ctx: _Ctx) -> None:
 
 
 #: The mailbox checks by name.
-MESSAGE_CHECKS: dict[str, Callable[[_Ctx], Awaitable[None]]] = {
+MESSAGE_CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "messages": check_messages,
     "concurrent_messages": check_concurrent_messages,
     "cancelled_send_atomic": check_cancelled_send_atomic,

@@ -70,7 +70,7 @@ def _padded(release: tuple[int, ...], length: int) -> tuple[int, ...]:
     return release + (0,) * (length - len(release))
 
 
-def _in_supported_range(version: str) -> bool:
+def in_supported_range(version: str) -> bool:
     """Whether *version* satisfies ``>=LOW,<HIGH`` the way pip reads it.
 
     A pre- or dev-release of LOW is older than LOW, so it is outside; one of
@@ -110,7 +110,7 @@ def check_trio_support() -> types.ModuleType:
             an unexpected type. Nothing is changed either way.
     """
     installed = str(getattr(trio, "__version__", "unknown"))
-    if not _in_supported_range(installed):
+    if not in_supported_range(installed):
         raise _unsupported(f"trio {installed} is installed")
     from trio._core import _run as run_module  # here: only in-range trios are known to have it
 

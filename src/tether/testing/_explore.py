@@ -66,11 +66,10 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
-from .._errors import InvariantViolation, UsageError
-from .._requests import Request
-from .._workflow import Workflow
+from .._api._workflow import Workflow
+from .._errors import InvariantViolation, Request, UsageError
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Store
+from ..stores._store import Store
 from ._deterministic import run_deterministic
 from ._explore_execution import Execution
 from ._explore_plan import (

@@ -19,7 +19,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord
+from ..stores._records import Entry, EntryKind, EntryStatus, RunRecord
 from ._explore_leases import Race, Takeover, check_once, check_race, check_takeover
 from ._explore_plan import Injection
 from ._faults import SimulatedCrash

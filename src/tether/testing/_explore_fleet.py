@@ -35,14 +35,14 @@ import outcome
 import trio
 import trio.testing
 
-from .._engine import Engine
-from .._errors import RunCancelledError, RunFailedError
-from .._events import RunEvent, StepStarted, current_observer
-from .._ownership import engine_closed, engine_opened
-from .._requests import Paused, Request
-from .._worker import open_worker
-from .._workflow import Workflow
-from ..stores._protocol import Entry, EntryKind, EntryStatus, RunStatus, Store
+from .._api._workflow import Workflow
+from .._core._events import RunEvent, StepStarted, current_observer
+from .._core._owners import engine_closed, engine_opened
+from .._engine._engine import Engine, internals
+from .._errors import Paused, Request, RunCancelledError, RunFailedError
+from .._worker._worker import open_worker
+from ..stores._records import Entry, EntryKind, EntryStatus, RunStatus
+from ..stores._store import Store
 from ._clock import hold_clock
 from ._explore_shared import Connection, Landed, Refused, SharedStore, label_after, label_before
 from ._faults import SimulatedCrash
@@ -228,9 +228,11 @@ class Process:
             with self.scope:
                 async with trio.open_nursery() as nursery:
                     self.nursery = nursery
-                    nursery.start_soon(engine.leases.run, name=f"{self.name} leases")
+                    nursery.start_soon(internals(engine).leases.run, name=f"{self.name} leases")
                     nursery.start_soon(
-                        engine.changes.follow, self.faulty.watch, name=f"{self.name} changes"
+                        internals(engine).changes.follow,
+                        self.faulty.watch,
+                        name=f"{self.name} changes",
                     )
                     async with open_worker(
                         engine,
@@ -239,7 +241,7 @@ class Process:
                         workflows=[options.workflow],
                     ):
                         await self.stop.wait()
-                    await engine.leases.close()
+                    await internals(engine).leases.close()
                     nursery.cancel_scope.cancel()
         except* SimulatedCrash:
             if not self.crashed:
@@ -364,7 +366,7 @@ class Trial:
                     background.start_soon(self._watchdog, everything)
                     submitter = self.submitter
                     background.start_soon(
-                        submitter.engine.changes.follow, submitter.connection.watch
+                        internals(submitter.engine).changes.follow, submitter.connection.watch
                     )
                     async with trio.open_nursery() as processes:
                         for process in self.workers:

@@ -45,11 +45,12 @@ from typing import Any, Final, TypeVar, final
 import attrs
 import trio
 
-from .._clock import TrioWallClock
-from .._engine import Engine
-from .._ownership import engine_closed, engine_opened
-from .._workflow import Workflow
-from ..stores._protocol import Entry, EntryKind, EntryStatus, RunRecord, Store
+from .._api._workflow import Workflow
+from .._core._clock import TrioWallClock
+from .._core._owners import engine_closed, engine_opened
+from .._engine._engine import Engine, internals
+from ..stores._records import Entry, EntryKind, EntryStatus, RunRecord
+from ..stores._store import Store
 from ._faults import Call, SimulatedCrash
 
 __all__ = (
@@ -99,7 +100,7 @@ async def open_owner(
     # Durable timers measure virtual time (each trial is a trio.run of its own).
     clock = TrioWallClock(_EPOCH)
     engine = Engine(store, hooks=(), save_timeout=save_timeout, lease_ttl=lease_ttl, clock=clock)
-    engine.define(workflow)
+    internals(engine).define(workflow)
     scope = trio.CancelScope()
 
     async def keep_leases() -> None:

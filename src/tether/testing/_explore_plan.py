@@ -17,9 +17,8 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._errors import UsageError
-from .._requests import Request
-from .._workflow import Workflow
+from .._api._workflow import Workflow
+from .._errors import Request, UsageError
 from ._explore_leases import OWNERSHIP_KINDS
 
 __all__ = (

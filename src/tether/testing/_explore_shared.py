@@ -30,16 +30,9 @@ import attrs
 import trio
 
 from ..stores._mailbox import Message
-from ..stores._protocol import (
-    Entry,
-    EntryKind,
-    EntryStatus,
-    Renewal,
-    RunRecord,
-    RunStatus,
-    Served,
-    Store,
-)
+from ..stores._owners import Renewal, Served
+from ..stores._records import Entry, EntryKind, EntryStatus, RunRecord, RunStatus
+from ..stores._store import Store
 
 __all__ = (
     "Connection",

@@ -22,9 +22,8 @@ from typing import Any, Final, Protocol, final
 import attrs
 import trio
 
-from .._engine import Engine
-from .._errors import StoreError, UsageError
-from .._events import (
+from .._api._workflow import Workflow
+from .._core._events import (
     MessageReceived,
     RunEvent,
     StepStarted,
@@ -32,9 +31,10 @@ from .._events import (
     TimerStarted,
     current_observer,
 )
-from .._requests import Paused, Request, request_from_json
-from .._workflow import Workflow
-from ..stores._protocol import Entry, RunRecord, RunStatus, Store
+from .._engine._engine import Engine
+from .._errors import Paused, Request, StoreError, UsageError
+from ..stores._records import Entry, RunRecord, RunStatus, request_from_json
+from ..stores._store import Store
 from ._clock import hold_clock
 from ._explore_execution import (
     RUN_ID,
@@ -49,7 +49,7 @@ from ._explore_execution import (
 )
 from ._explore_leases import OwnerFaults, Race, hand_back, open_owner
 from ._explore_plan import FaultPlan, InjectedFailure, Injection
-from ._faults import Call, Crash, Do, _torn_writer
+from ._faults import Call, Crash, Do, torn_writer
 from ._faulty import FaultyStore
 
 __all__ = ("Settings", "Trial")
@@ -79,7 +79,7 @@ class Settings(Protocol):
 
 def _can_tear(store: Store) -> bool:
     try:
-        _torn_writer(store, "append")
+        torn_writer(store, "append")
     except UsageError:
         return False
     return True
@@ -140,7 +140,7 @@ class Trial:
                 raise error.pop()
             return result[0]
 
-        # Everything but the function stays the workflow's (its version, its signals).
+        # Everything but the function stays the workflow's (its version, its messages).
         return attrs.evolve(inner, fn=explored)
 
     async def _saboteur(self) -> None:

@@ -28,11 +28,10 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._errors import InvariantViolation, UsageError
-from .._requests import Request
-from .._workflow import Workflow
+from .._api._workflow import Workflow
+from .._errors import InvariantViolation, Request, UsageError
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Store
+from ..stores._store import Store
 from ._deterministic import run_deterministic
 from ._explore_fleet import SUBMITTER, Options, Outcome, Trial, WorkerTrial
 from ._explore_plan import Exploration, answer_requests, check_seeds, check_target

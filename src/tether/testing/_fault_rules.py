@@ -17,16 +17,10 @@ import attrs
 
 from .._errors import UsageError
 from ..stores._mailbox import MAILBOX_METHODS
-from ..stores._protocol import (
-    ADVERTISE_METHODS,
-    DELETE_METHODS,
-    STORE_METHODS,
-    WORKER_METHODS,
-    Store,
-)
-from ._faults import _TORN_AFTER, Crash, Fault, _torn_writer
+from ..stores._store import ADVERTISE_METHODS, DELETE_METHODS, STORE_METHODS, WORKER_METHODS, Store
+from ._faults import TORN_AFTER, Crash, Fault, torn_writer
 
-_METHODS: Final = (
+METHODS: Final = (
     *STORE_METHODS,
     *WORKER_METHODS,
     *ADVERTISE_METHODS,
@@ -36,7 +30,7 @@ _METHODS: Final = (
 
 
 @attrs.define
-class _Rule:
+class Rule:
     method: str
     fault: Fault
     at: frozenset[int] | None
@@ -45,7 +39,7 @@ class _Rule:
     after: bool
 
 
-def _matches(rule: _Rule, method: str, n: int, args: tuple[Any, ...]) -> bool:
+def matches(rule: Rule, method: str, n: int, args: tuple[Any, ...]) -> bool:
     """Whether *rule* applies to call *n* of *method* (for an append, to one of its saves)."""
     if method == "append" and args[1]:
         run_id, entries = args[0], args[1]
@@ -62,7 +56,7 @@ def _check_count(value: object, name: str) -> int:
     return value
 
 
-def _new_rule(
+def new_rule(
     inner: Store,
     method: str,
     fault: Fault,
@@ -71,14 +65,14 @@ def _new_rule(
     when: Callable[..., bool] | None,
     times: int | None,
     after: bool,
-) -> _Rule:
+) -> Rule:
     """The rule for ``FaultyStore(inner).inject(method, fault, ...)``, its arguments checked.
 
     Raises:
         ValueError, TypeError, UsageError: as :meth:`~tether.testing.FaultyStore.inject`.
     """
-    if method not in _METHODS:
-        raise ValueError(f"unknown store method {method!r}; one of {', '.join(_METHODS)}")
+    if method not in METHODS:
+        raise ValueError(f"unknown store method {method!r}; one of {', '.join(METHODS)}")
     if not callable(getattr(fault, "apply", None)):
         raise TypeError(
             f"inject(): {fault!r} is not a fault; pass Delay, Hang, Raise, Crash, Do, "
@@ -99,6 +93,6 @@ def _new_rule(
         raise TypeError(f"inject(): after must be True or False, not {after!r}")
     if isinstance(fault, Crash) and fault.torn:
         if after:
-            raise UsageError(_TORN_AFTER)
-        _torn_writer(inner, method)
-    return _Rule(method, fault, calls, when, math.inf if times is None else times, after)
+            raise UsageError(TORN_AFTER)
+        torn_writer(inner, method)
+    return Rule(method, fault, calls, when, math.inf if times is None else times, after)

@@ -14,18 +14,47 @@ counts, its store methods), and the explorers' own faults and crash checks
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, final, runtime_checkable
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
 
 from .._errors import StoreError, UsageError
+from ..stores._store import Store
 
-if TYPE_CHECKING:  # a fault is handed the store that called it; the store imports this module
-    from ._faulty import FaultyStore
+
+class FaultTarget(Protocol):
+    """The :class:`FaultyStore` a call went to, as a fault uses it.
+
+    A protocol, so that the faults need not import the store that applies them.
+    """
+
+    @property
+    def inner(self) -> Store:
+        """The wrapped store."""
+        ...
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the store has crashed (and not restarted since)."""
+        ...
+
+    def crash(self, where: str = ...) -> None:
+        """Crash the store now; *where* says where, in every later call's error."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep *seconds*, or until the store crashes."""
+        ...
+
+    async def sleep_forever(self) -> None:
+        """Wait until the store crashes."""
+        ...
+
 
 __all__ = (
     "Call",
+    "FaultTarget",
     "Crash",
     "Delay",
     "Do",
@@ -38,7 +67,7 @@ __all__ = (
 #: The private method a store implements to simulate a torn write of a call.
 _TORN: Final = {"append": "_simulate_torn_append", "update_run": "_simulate_torn_update"}
 
-_TORN_AFTER: Final = (
+TORN_AFTER: Final = (
     "Crash(torn=True) cannot apply after the call: by then the write has landed whole; "
     "inject it with after=False, or use Crash() with after=True for a crash right after "
     "the write"
@@ -70,7 +99,7 @@ class SimulatedCrash(BaseException):
 class Call:
     """One call to a :class:`FaultyStore`, as a fault sees it."""
 
-    store: FaultyStore  #: the FaultyStore called (its ``inner`` is the wrapped store)
+    store: FaultTarget  #: the FaultyStore called (its ``inner`` is the wrapped store)
     method: str  #: the store method, e.g. ``"append"``
     #: which call of *method* this is, counted from 1 (a restart keeps counting); for
     #: ``append``, which save its first entry is (appends are counted per save)
@@ -145,10 +174,10 @@ class Raise:
             raise self.error()
         if call.after:
             raise StoreError(
-                f"injected failure of {_describe(call)} after the inner store "
+                f"injected failure of {describe(call)} after the inner store "
                 "returned (the write landed)"
             )
-        raise StoreError(f"injected failure of {_describe(call)}")
+        raise StoreError(f"injected failure of {describe(call)}")
 
 
 @final
@@ -171,20 +200,20 @@ class Crash:
 
     async def apply(self, call: Call) -> None:
         """Crash ``call.store`` (tearing the write first if asked), then raise."""
-        where = f"at {_describe(call)}"
+        where = f"at {describe(call)}"
         if call.after:
             where += ", after the inner store returned (the write landed)"
         if self.torn:
             if call.after:
-                raise UsageError(_TORN_AFTER)
-            tear = _torn_writer(call.store.inner, call.method)
+                raise UsageError(TORN_AFTER)
+            tear = torn_writer(call.store.inner, call.method)
             where += ", in the middle of its write (torn)"
             try:
                 tear(*call.args)
             finally:
-                call.store._crash(where)
+                call.store.crash(where)
         else:
-            call.store._crash(where)
+            call.store.crash(where)
         # A schedule point, never a cancel point: the crash is what this call reports.
         await trio.lowlevel.cancel_shielded_checkpoint()
         raise SimulatedCrash(f"simulated crash of {call.store!r} {where}; {_AFTERWARDS}")
@@ -209,7 +238,7 @@ class Do:
         await self.afn(call)
 
 
-def _torn_writer(store: object, method: str) -> Callable[..., None]:
+def torn_writer(store: object, method: str) -> Callable[..., None]:
     """The torn-write simulation for *method* of *store* or a store it wraps (``.inner``).
 
     Raises:
@@ -240,7 +269,7 @@ def _torn_writer(store: object, method: str) -> Callable[..., None]:
 
 
 @attrs.define(eq=False)
-class _Life:
+class Life:
     """One life of the store's process: ends with a crash (or a restart)."""
 
     ended: trio.Event = attrs.field(factory=trio.Event)
@@ -256,7 +285,7 @@ class _Life:
         return SimulatedCrash(f"{what}: the store crashed {self.cause}; {_AFTERWARDS}")
 
 
-def _describe(call: Call) -> str:
+def describe(call: Call) -> str:
     """``append call #3``; for an append of several saves, ``append call #3-5``."""
     count = len(call.args[1]) if call.method == "append" else 1
     if count <= 1:

@@ -46,11 +46,13 @@ from typing import Any, final
 import trio
 
 from ..stores._mailbox import Message
-from ..stores._protocol import Entry, Renewal, RunRecord, Served, Store, WorkerAd
-from ._fault_rules import _METHODS as _METHODS  # re-exported: tests import it from here
-from ._fault_rules import _matches, _new_rule, _Rule
-from ._faults import Call as Call  # re-exported: tests import it from here
-from ._faults import Fault, SimulatedCrash, _describe, _Life
+from ..stores._owners import Renewal, Served, WorkerAd
+from ..stores._records import Entry, RunRecord
+from ..stores._store import Store
+from ._fault_rules import METHODS as METHODS
+from ._fault_rules import Rule, matches, new_rule
+from ._faults import Call as Call
+from ._faults import Fault, Life, SimulatedCrash, describe
 
 __all__ = ("FaultyStore",)
 
@@ -109,8 +111,8 @@ class FaultyStore:
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.calls: Counter[str] = Counter()
-        self._rules: list[_Rule] = []
-        self._life = _Life()
+        self._rules: list[Rule] = []
+        self._life = Life()
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r})"
@@ -165,21 +167,22 @@ class FaultyStore:
                 with ``after=True``, or on a store that cannot simulate it.
         """
         self._rules.append(
-            _new_rule(self.inner, method, fault, at=at, when=when, times=times, after=after)
+            new_rule(self.inner, method, fault, at=at, when=when, times=times, after=after)
         )
 
     def clear(self) -> None:
         """Remove every rule (call counts stay)."""
         self._rules.clear()
 
-    def crash(self) -> None:
-        """Crash the store now, from outside any call (a test, another task).
+    def crash(self, where: str = "by FaultyStore.crash()") -> None:
+        """Crash the store now: from outside any call (a test, another task), or from a fault.
 
-        Not a checkpoint. Calls waiting in faults wake with
+        *where* says where it crashed, in the :class:`SimulatedCrash` of every
+        later call. Not a checkpoint. Calls waiting in faults wake with
         :class:`SimulatedCrash`; see the class doc for the rest. Crashing a
         crashed store changes nothing.
         """
-        self._life.end("by FaultyStore.crash()")
+        self._life.end(where)
 
     def restart(self) -> None:
         """The process came back: the store is no longer crashed, and has no rules.
@@ -191,7 +194,7 @@ class FaultyStore:
         and raise :class:`SimulatedCrash`.
         """
         self._life.end("before FaultyStore.restart()")
-        self._life = _Life()
+        self._life = Life()
         self._rules.clear()
 
     async def sleep(self, seconds: float) -> None:
@@ -220,23 +223,20 @@ class FaultyStore:
         await life.ended.wait()
         raise life.dead(f"{_waiter()} was hanging")
 
-    def _crash(self, where: str) -> None:
-        self._life.end(where)
-
-    def _rule(self, method: str, n: int, args: tuple[Any, ...], after: bool) -> _Rule | None:
+    def _rule(self, method: str, n: int, args: tuple[Any, ...], after: bool) -> Rule | None:
         for rule in self._rules:
             if (
                 rule.method == method
                 and rule.after is after
                 and rule.times > 0
-                and _matches(rule, method, n, args)
+                and matches(rule, method, n, args)
             ):
                 rule.times -= 1
                 return rule
         return None
 
-    async def _apply(self, rule: _Rule, call: Call) -> None:
-        token = _applying.set(_describe(call) + (" (after)" if call.after else ""))
+    async def _apply(self, rule: Rule, call: Call) -> None:
+        token = _applying.set(describe(call) + (" (after)" if call.after else ""))
         try:
             await rule.fault.apply(call)
         finally:

@@ -42,12 +42,12 @@ from typing import Final
 
 import pytest
 
-from .._engine import Engine, open_engine
+from .._engine._engine import Engine, open_engine
 from .._errors import UsageError
 from ..stores._file import FileStore
 from ..stores._memory import MemoryStore
-from ..stores._protocol import Store
 from ..stores._sqlite import SQLiteStore
+from ..stores._store import Store
 from ._clock import hold_clock
 from ._deterministic import seeded_schedule
 from ._explore import explore

@@ -1,0 +1,153 @@
+"""What the command line is given: modules, ``MODULE:WORKFLOW``, arguments, answers.
+
+Everything here is checked before anything executes or any store is opened;
+what is wrong is a usage error (:class:`BadUsage`, exit status 2), naming
+what and why: a module that does not import, an attribute that is missing
+or not a workflow, an argument that does not decode into its parameter's
+type (each is decoded by the workflow's annotations: JSON when it fits,
+else the plain text), an answer given twice for one request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import json
+import sys
+import typing
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._api._workflow import Workflow
+from .._codec._converter import describe
+from .._codec._json import parse_value
+from .._codec._values import codec
+from .._errors import CodecError
+from ._exits import BadUsage
+
+__all__ = ("decode_args", "import_modules", "parse_responses", "resolve_workflow")
+
+
+def import_modules(names: Iterable[str]) -> None:
+    """Import the modules that define workflows (the current directory first on the path).
+
+    Raises:
+        BadUsage: a module cannot be imported (names it and the reason).
+    """
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise BadUsage(f"cannot import module {name!r}: {exc}") from exc
+
+
+def resolve_workflow(target: str) -> Workflow[..., Any]:
+    """``MODULE:NAME`` as a workflow object.
+
+    Raises:
+        BadUsage: not ``MODULE:NAME``, not importable, no such attribute, or
+            not a ``@tether.workflow``.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise BadUsage(f"{target!r} is not MODULE:WORKFLOW (for example shop.flows:checkout)")
+    import_modules([module_name])
+    module = sys.modules[module_name]
+    if not hasattr(module, attr):
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, Workflow))
+        there = f"; its workflows: {', '.join(found)}" if found else " (it defines no workflow)"
+        raise BadUsage(f"module {module_name!r} has no attribute {attr!r}{there}")
+    wf = getattr(module, attr)
+    if not isinstance(wf, Workflow):
+        raise BadUsage(f"{target} is {type(wf).__name__} {wf!r:.80}, not a @tether.workflow")
+    return wf
+
+
+def decode_args(wf: Workflow[..., Any], target: str, texts: Sequence[str]) -> tuple[Any, ...]:
+    """The workflow's arguments from the command line, each decoded into its parameter's type.
+
+    Each text is decoded strictly into the parameter's annotation, as JSON
+    when it parses as JSON and fits (``42``, ``true``, ``{"a": 1}``), else
+    as the plain text (so ``1001`` is a ``str`` for a ``str`` parameter).
+
+    Raises:
+        BadUsage: too many or too few arguments, or one that does not decode:
+            names the parameter, its type and why.
+    """
+    try:
+        wf.signature.bind(tuple(texts), {})
+    except TypeError as exc:
+        raise BadUsage(f"{target} takes ({_parameters(wf)}): {exc}") from None
+    types = typing.get_args(wf.signature.args_type(len(texts)))
+    names = _positional_names(wf, len(texts))
+    return tuple(
+        _decode_arg(target, i, name, tp, text)
+        for i, (name, tp, text) in enumerate(zip(names, types, texts, strict=True), 1)
+    )
+
+
+def _parameters(wf: Workflow[..., Any]) -> str:
+    """The workflow's parameters as ``name: type``, its types resolved."""
+    try:
+        hints = typing.get_type_hints(wf.fn)
+    except Exception:  # unresolvable annotations: shown as written
+        hints = {}
+    shown = []
+    for p in inspect.signature(wf.fn).parameters.values():
+        star = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+        tp = f": {describe(hints[p.name])}" if p.name in hints else ""
+        shown.append(f"{star}{p.name}{tp}")
+    return ", ".join(shown)
+
+
+def _positional_names(wf: Workflow[..., Any], n: int) -> list[str]:
+    names: list[str] = []
+    for p in inspect.signature(wf.fn).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind is p.VAR_POSITIONAL:
+            names += [f"*{p.name}"] * (n - len(names))
+    return names[:n]
+
+
+def _decode_arg(target: str, i: int, name: str, tp: Any, text: str) -> Any:
+    what = f"argument {i} of {target}, parameter {name!r}"
+    candidates = [text]
+    with contextlib.suppress(ValueError):
+        candidates.insert(0, json.loads(text))
+    first: CodecError | None = None
+    for candidate in candidates:
+        try:
+            return codec.structure(candidate, tp, what=what)
+        except CodecError as exc:
+            first = first or exc
+    # The JSON reading's error, when it is JSON (it says more than the text's).
+    given = f" (given as {text!r})" if len(candidates) > 1 else ""
+    raise BadUsage(f"{first}{given}")
+
+
+def parse_responses(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--respond KEY=VALUE`` answers by key (values JSON, or else plain text).
+
+    Raises:
+        BadUsage: not ``KEY=VALUE``, or a key answered twice (the last one
+            silently winning could turn an approval into a rejection).
+    """
+    responses: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadUsage(f"--respond takes KEY=VALUE, not {pair!r}")
+        if key in given:
+            raise BadUsage(
+                f"--respond answers {key!r} twice ({given[key]!r} and {pair!r}); "
+                "answer each request once"
+            )
+        given[key] = pair
+        responses[key] = parse_value(value)
+    return responses

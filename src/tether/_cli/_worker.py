@@ -1,0 +1,169 @@
+"""``tether worker`` and ``tether submit``: the queue from the command line.
+
+``tether worker --store URL --import MODULE`` serves the workflows MODULE
+defines (``tether.open_worker``) until SIGTERM or SIGINT, then drains: it
+stops claiming, gives the runs it holds ``--grace`` seconds, cancels the
+rest as a caller cancellation and releases their leases, so other workers
+take them over at once. Run outcomes and lost leases are logged to stderr
+(the ``tether.worker`` logger); the worker itself exits 0 after a drain. It
+also serves the schedules MODULE defines (``tether.schedule``; see
+``_cli_schedules``), unless ``--no-schedules``.
+
+``tether submit MODULE:WORKFLOW ARGS…`` stores a queued run and prints its id
+(its arguments decoded as ``tether run`` decodes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import trio
+
+from .._api._workflow import Workflow
+from .._engine._engine import internals, open_engine
+from .._errors import TetherError
+from .._worker._schedule import Schedule
+from .._worker._worker import open_worker
+from ..stores import Store
+from ._args import decode_args, import_modules, resolve_workflow
+from ._exits import EXIT_FAILED, EXIT_OK
+from ._schedules import module_schedules
+from ._stores import StoreSpec
+from ._text import cli_message
+
+__all__ = ("queue_command", "serve", "submit")
+
+
+async def _serve(
+    store: Store,
+    shown: str,
+    *,
+    concurrency: int,
+    max_dispatches: int,
+    grace: float,
+    lease_ttl: float,
+    poll_interval: float,
+    park_after: float,
+    schedules: Sequence[Schedule],
+    out: TextIO,
+) -> int:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with open_engine(store, lease_ttl=lease_ttl) as engine:
+            keys = internals(engine).workflow_keys()  # name@version for the versioned ones
+            names = ", ".join(sorted(n if v is None else f"{n}@{v}" for n, v in keys)) or "(none)"
+            async with open_worker(
+                engine,
+                concurrency=concurrency,
+                max_dispatches=max_dispatches,
+                grace=grace,
+                poll_interval=poll_interval,
+                park_after=park_after,
+                schedules=schedules,
+            ) as worker:
+                print(
+                    f"tether worker {engine.owner} serving {names} from {shown} "
+                    f"(concurrency {concurrency})",
+                    file=out,
+                    flush=True,
+                )
+                if schedules:
+                    served = ", ".join(f"{s.name} ({s.cron})" for s in schedules)
+                    print(f"tether worker {engine.owner}: schedules {served}", file=out, flush=True)
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    print(
+                        f"tether worker {engine.owner}: {name}: draining "
+                        f"({len(worker.running)} held, grace {grace:g} s)",
+                        file=out,
+                        flush=True,
+                    )
+                    break
+    done = ", ".join(f"{n} {how}" for how, n in sorted(worker.outcomes.items())) or "none"
+    print(f"tether worker {engine.owner}: stopped; claimed {worker.claimed}, {done}", file=out)
+    return 0
+
+
+def serve(
+    store: Store,
+    shown: str,
+    args: Any,
+    out: TextIO,
+    err: TextIO,
+    schedules: Sequence[Schedule] = (),
+) -> int:
+    """``tether worker``: serve until SIGTERM/SIGINT (and *schedules*); the exit status."""
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("tether")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    # The PostgreSQL driver's pool warns as connections drop (a server restart):
+    # the same format, so a worker's log reads as one.
+    driver = logging.getLogger("psycopg")
+    driver.addHandler(handler)
+    try:
+        return trio.run(
+            lambda: _serve(
+                store,
+                shown,
+                concurrency=args.concurrency,
+                max_dispatches=args.max_dispatches,
+                grace=args.grace,
+                lease_ttl=args.lease_ttl,
+                poll_interval=args.poll_interval,
+                park_after=args.park_after,
+                schedules=schedules,
+                out=out,
+            )
+        )
+    finally:
+        logger.removeHandler(handler)
+        driver.removeHandler(handler)
+
+
+async def _submit(
+    store: Store, wf: Workflow[..., Any], values: Sequence[Any], run_id: str | None
+) -> str:
+    async with open_engine(store) as engine:
+        return await engine.submit(wf, *values, run_id=run_id)
+
+
+def submit(store: Store, args: Any, out: TextIO, err: TextIO) -> int:
+    """``tether submit``: store a queued run, print its id; the exit status.
+
+    Raises:
+        BadUsage: the workflow or its arguments are wrong (nothing is stored).
+    """
+    wf = resolve_workflow(args.workflow)
+    values = decode_args(wf, args.workflow, args.args)
+    try:
+        run_id = trio.run(_submit, store, wf, values, args.run_id)
+    except TetherError as exc:
+        print(f"tether: {cli_message(exc)}", file=err)
+        return EXIT_FAILED
+    print(run_id, file=out)
+    return EXIT_OK
+
+
+def queue_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``tether submit`` / ``tether worker``; the exit status (both create a missing store).
+
+    Raises:
+        BadUsage: a module does not import, or the workflow or its arguments are wrong.
+    """
+    import_modules(args.imports)
+    serves = args.command == "worker" and args.schedules
+    schedules = module_schedules(args.imports) if serves else ()
+    store = spec.open_for_writing()
+    if args.command == "submit":
+        return submit(store, args, out, err)
+    try:
+        return serve(store, str(spec), args, out, err, schedules)
+    except TetherError as exc:
+        print(f"tether: {type(exc).__name__}: {exc}", file=err)
+        return EXIT_FAILED

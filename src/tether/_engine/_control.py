@@ -1,0 +1,135 @@
+"""Acting on a run through the store without executing it: submit, wait and cancel.
+
+These are the engine calls that work from any process sharing the store:
+``submit`` stores a ``queued`` run for a worker, ``wait`` reads a run until
+it finishes or pauses, ``cancel`` records a cancel that the run's owner (or
+nobody, when the owner is gone) acts on. None of them claims a lease or
+starts a task; the engine's methods check their arguments and call these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from typing import Any, Final
+
+from .._api._children import cancel_children
+from .._api._workflow import Workflow
+from .._core._changes import Changes
+from .._core._owners import owner_is_gone
+from .._core._store_calls import StoreErrors
+from .._errors import ErrorInfo, Paused, RunConflictError, RunFailedError, RunNotFoundError
+from ..stores._leases import version_conflict
+from ..stores._records import RunRecord, RunStatus, utcnow
+from ..stores._store import Store
+from ._info import Defined, check_not_cancelled, decode_result, pending_requests
+from ._ownership import Leases
+
+__all__ = ("record_cancel", "submit_run", "wait_for_run")
+
+#: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
+_FIRST_POLL: Final = 0.01
+_MAX_POLL: Final = 1.0
+
+
+async def submit_run(
+    store: Store, changes: Changes, wf: Workflow[..., Any], run_id: str, args_text: str
+) -> str:
+    """Store the run *run_id* of *wf* as ``queued``, or find it stored with these arguments.
+
+    What :meth:`Engine.submit <tether.Engine.submit>` does once its arguments
+    are checked and encoded (*args_text*); see there for cancellation and errors.
+    """
+    now = utcnow()
+    record = RunRecord(
+        run_id=run_id,
+        workflow=wf.name,
+        version=wf.version,
+        args=args_text,
+        status=RunStatus.QUEUED,
+        created_at=now,
+        updated_at=now,
+    )
+    with StoreErrors(f"submitting run {run_id!r}"):
+        try:
+            await store.create_run(record)
+        except RunConflictError:
+            existing = await store.get_run(run_id)
+            if existing is None:
+                raise
+            if (existing.workflow, existing.args) != (wf.name, args_text):
+                raise RunConflictError(
+                    f"run {run_id!r} exists with workflow {existing.workflow!r} and "
+                    f"arguments {existing.args:.200}, not {wf.name!r} with "
+                    f"{args_text:.200}; choose a new run_id"
+                ) from None
+            if existing.version != wf.version:
+                raise version_conflict(existing, wf.version) from None
+            return run_id
+    changes.notify()
+    return run_id
+
+
+async def wait_for_run(store: Store, changes: Changes, run_id: str, defined: Defined) -> Any:
+    """Read the run until it finishes or pauses; its result (decoded when *defined* knows it).
+
+    What :meth:`Engine.wait <tether.Engine.wait>` does inside its deadline;
+    see there for what it raises. Waits forever: the caller bounds it.
+    """
+    poll = _FIRST_POLL
+    while True:
+        seen = changes.generation
+        with StoreErrors(f"reading run {run_id!r}"):
+            record = await store.get_run(run_id)
+        if record is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {store!r}")
+        if record.status is RunStatus.COMPLETED:
+            return decode_result(record, defined(record))
+        if record.status in (RunStatus.FAILED, RunStatus.DEAD_LETTER):
+            error = record.error or ErrorInfo(type="unknown", message="(no error stored)")
+            where = f" in step {error.key}" if error.key else ""
+            raise RunFailedError(
+                f"run {run_id!r} {record.status.value.replace('_', '-')}{where}: "
+                f"{error.type}: {error.message}",
+                run_id=run_id,
+                error=error,
+            )
+        if record.status is RunStatus.CANCELLED:
+            check_not_cancelled(record)
+        if record.status is RunStatus.PAUSED:
+            raise Paused(run_id, pending_requests(record))
+        await changes.wait(seen, poll)
+        poll = min(poll * 2, _MAX_POLL)
+
+
+async def record_cancel(store: Store, leases: Leases, active: Set[str], run_id: str) -> None:
+    """Record the cancel of *run_id*, then of its unfinished child runs (and theirs).
+
+    What :meth:`Engine.cancel <tether.Engine.cancel>` does; see there for
+    cancellation and errors. *leases* are the cancelling engine's, *active*
+    the runs executing in it now.
+    """
+
+    async def cancel_one(run_id: str) -> None:
+        with StoreErrors(f"cancelling run {run_id!r}"):
+            record = await store.get_run(run_id)
+            if record is None:
+                raise RunNotFoundError(f"no run {run_id!r} in {store!r}")
+            takeover = None
+            if (
+                record.owner is not None
+                and record.lease_expires_at is not None
+                and (
+                    owner_is_gone(record.owner)
+                    # ours, and no longer executing here (a caller cancelled it;
+                    # its release is pending): nobody executes it either
+                    or (record.owner == leases.owner and run_id not in active)
+                )
+            ):
+                takeover = record.token  # its owner is gone: cancelled at once
+            stored = await store.cancel_run(run_id, takeover=takeover)
+        held = leases.held.get(run_id)
+        if held is not None and stored.cancel_requested and stored.token == held.token:
+            held.cancelled()
+
+    await cancel_one(run_id)
+    await cancel_children(store, run_id, cancel_one)

@@ -1,0 +1,318 @@
+"""One owner per run: an engine's leases, their renewal, and their loss.
+
+Layer: the engine. Each :func:`tether.open_engine` is one *owner*, named
+``host:pid:engine-id`` (:mod:`tether._core._owners`).
+Before it executes a run it claims the run's lease from the store, which
+returns a fencing token; every write the execution makes carries that token,
+and the store refuses it once someone else has claimed the run.
+
+:class:`Leases` is the engine's side of that contract:
+
+- :meth:`Leases.claim` takes a lease, taking over at once from an owner on
+  this machine whose process is gone (:func:`owner_is_gone`);
+- :meth:`Leases.run` is the one task per engine that renews every lease the
+  engine holds in one store call per ``lease_ttl / 3``, tells a run when a
+  cancel was recorded for it, and tells it its lease is lost when a renewal
+  reports so or when no renewal succeeded for ``lease_ttl`` on this
+  process's clock (it was paused, or the store was unreachable);
+- releases that must not hold up a caller (after a caller cancellation) are
+  written by that task soon after, not by the cancelled caller.
+
+This module knows stores only through their protocol and never imports the
+engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Collection
+from datetime import datetime
+from typing import cast
+
+import attrs
+import trio
+
+from .._core._owners import owner_is_gone
+from .._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
+from ..stores._owners import Served
+from ..stores._records import RunRecord, utcnow
+from ..stores._store import Store, WorkerStore
+
+__all__ = ("Leases",)
+
+log = logging.getLogger("tether")
+
+
+@attrs.define(eq=False)
+class _Held:
+    token: int
+    lost: Callable[[LeaseLostError], None]
+    cancelled: Callable[[], None]
+
+
+class Leases:
+    """The leases one engine holds, and the task that keeps them.
+
+    Args:
+        store: the engine's store.
+        owner: the engine's owner name.
+        ttl: ``lease_ttl``, seconds.
+        save_timeout: bounds the releases written when the engine closes.
+    """
+
+    def __init__(self, store: Store, owner: str, ttl: float, save_timeout: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl = ttl
+        self.save_timeout = save_timeout
+        self.held: dict[str, _Held] = {}
+        #: renewal calls made (one per interval while runs are held)
+        self.renewals = 0
+        self._confirmed = -math.inf  # Trio time a claim or renewal last confirmed the lease
+        self._releases: dict[str, RunRecord] = {}
+        #: runs whose claim was cut short, its outcome unknown: Trio time until which
+        #: the task looks whether it landed after all (then nobody executes the run)
+        self._unsure: dict[str, float] = {}
+        self._claiming: set[str] = set()  # runs whose claim is awaited now
+        self._wake = trio.Event()
+        # The task waits with no deadline (nothing held, released or unsure).
+        # Otherwise a new hold need not wake it: its next deadline comes first.
+        self._idle = False
+
+    # -- used by the engine -------------------------------------------------------------
+
+    async def claim(
+        self, run_id: str, *, current: RunRecord | None, create: RunRecord | None = None
+    ) -> RunRecord:
+        """Claim *run_id*'s lease; *current* is the record the caller read (or ``None``).
+
+        When *current* shows a live lease of an owner that is gone (see
+        :func:`owner_is_gone`), the claim takes over from exactly that lease
+        at once. A checkpoint; cancellation behaves as the store's ``claim``.
+
+        Raises:
+            RunConflictError: another live owner holds the lease.
+            RunCancelledError: the run is cancelled.
+        """
+        takeover = None
+        if (
+            current is not None
+            and current.owner is not None
+            and current.owner != self.owner
+            and current.lease_expires_at is not None
+            and owner_is_gone(current.owner)
+        ):
+            takeover = current.token
+        sent = trio.current_time()
+        self._claiming.add(run_id)
+        try:
+            record = await self.store.claim(
+                run_id, self.owner, ttl=self.ttl, create=create, takeover=takeover
+            )
+        except (RunConflictError, RunCancelledError, RunNotFoundError):
+            raise  # refused: nothing of ours was stored
+        except BaseException:
+            # Cut short (the caller's deadline) or failed without an answer: the
+            # claim may land later, and then nobody would execute or release
+            # the run. The lease task looks, and releases it if so.
+            self._unsure[run_id] = trio.current_time() + self.ttl + min(self.save_timeout, 60.0)
+            self._wake.set()
+            raise
+        finally:
+            self._claiming.discard(run_id)
+        self._unsure.pop(run_id, None)
+        if record.owner == self.owner:
+            self._confirmed = max(self._confirmed, sent)
+            self._releases.pop(run_id, None)  # superseded by this claim
+        return record
+
+    def hold(
+        self,
+        run_id: str,
+        token: int,
+        *,
+        lost: Callable[[LeaseLostError], None],
+        cancelled: Callable[[], None],
+    ) -> None:
+        """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens."""
+        self.held[run_id] = _Held(token, lost, cancelled)
+        if self._idle:
+            self._wake.set()  # it waits with no deadline: renewals start now
+
+    def drop(self, run_id: str) -> None:
+        """Stop renewing *run_id* (its execution ended)."""
+        self.held.pop(run_id, None)
+
+    async def claim_next(
+        self,
+        workflows: Collection[Served],
+        *,
+        max_dispatches: int,
+        gone: Collection[str],
+        now: datetime,
+    ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run (``Store.claim_next``), or ``None``.
+
+        *now* is the engine's clock: waiting runs whose ``wake_at`` has come by
+        then are dispatchable. A checkpoint; cancellation behaves as the
+        store's ``claim_next`` (callers shield it: a claim cut short could
+        land unseen).
+        """
+        sent = trio.current_time()
+        store = cast(WorkerStore, self.store)  # open_worker checked it has claim_next
+        record: RunRecord | None = await store.claim_next(
+            self.owner,
+            ttl=self.ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            gone=gone,
+            now=now,
+        )
+        if record is not None:
+            self._confirmed = max(self._confirmed, sent)
+            self._releases.pop(record.run_id, None)
+        return record
+
+    def release_later(self, record: RunRecord) -> None:
+        """Have the renewal task write *record* (the run, released) soon, not the caller.
+
+        A release gives back the worker dispatch it counted: only claims
+        whose owner vanished without an outcome count toward
+        ``max_dispatches``, so a worker that drains does not push its runs
+        toward ``dead_letter``.
+        """
+        if record.dispatches:
+            record = attrs.evolve(record, dispatches=record.dispatches - 1)
+        self._releases[record.run_id] = record
+        self._wake.set()
+
+    # -- the task ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Renew, release and watch leases until cancelled (a task of ``open_engine``)."""
+        retry_at = -math.inf
+        while True:
+            if self.held:
+                due = max(self._confirmed + self.ttl / 3, retry_at)
+                with trio.move_on_at(min(due, self._confirmed + self.ttl)):
+                    await self._wait()
+            elif self._unsure and not self._releases:
+                with trio.move_on_after(self.ttl / 3):
+                    await self._wait()
+            elif not self._releases:
+                self._idle = True
+                try:
+                    await self._wait()
+                finally:
+                    self._idle = False
+            await self._release_pending()
+            await self._release_unsure()
+            if not self.held:
+                continue
+            now = trio.current_time()
+            if now >= self._confirmed + self.ttl:
+                self._lose_all(
+                    f"no lease renewal succeeded for lease_ttl={self.ttl} s (this process "
+                    "was paused, or the store did not answer)"
+                )
+            elif (
+                now >= self._confirmed + self.ttl / 3
+                and now >= retry_at
+                and not await self._renew()
+            ):
+                retry_at = trio.current_time() + self.ttl / 10
+
+    async def close(self) -> None:
+        """Write the pending releases; best effort, bounded by ``save_timeout``.
+
+        Cut short if the caller is cancelled: the leases not released then
+        expire after ``lease_ttl`` (on this machine they are taken over at
+        once, the engine being closed).
+        """
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write the pending releases now, in the caller; the engine stays open."""
+        with trio.move_on_after(self.save_timeout):
+            await self._release_pending()
+
+    async def _wait(self) -> None:
+        await self._wake.wait()
+        self._wake = trio.Event()
+
+    async def _release_pending(self) -> None:
+        while self._releases:
+            run_id, record = next(iter(self._releases.items()))
+            try:
+                await self.store.update_run(record)
+            except LeaseLostError:
+                pass  # claimed again since: nothing of ours to release
+            except Exception as exc:
+                log.warning(
+                    "tether: releasing the lease of run %s failed (it expires after lease_ttl): %r",
+                    run_id,
+                    exc,
+                )
+            if self._releases.get(run_id) is record:
+                del self._releases[run_id]
+
+    async def _release_unsure(self) -> None:
+        """Release each run whose cut-short claim landed after all (see :meth:`claim`)."""
+        for run_id, until in list(self._unsure.items()):
+            if run_id in self.held or run_id in self._claiming:
+                continue  # claimed again here: that execution holds it
+            try:
+                record = await self.store.get_run(run_id)
+                if run_id in self.held or run_id in self._claiming:
+                    continue
+                if record is not None and record.owner == self.owner:
+                    # Fenced by the late claim's token: refused if claimed since.
+                    await self.store.update_run(
+                        attrs.evolve(record, owner=None, updated_at=utcnow())
+                    )
+                    self._unsure.pop(run_id, None)
+                    continue
+            except LeaseLostError:
+                self._unsure.pop(run_id, None)
+                continue
+            except Exception as exc:
+                log.warning("tether: releasing the late claim of run %s failed: %r", run_id, exc)
+            if trio.current_time() >= until:
+                self._unsure.pop(run_id, None)
+
+    async def _renew(self) -> bool:
+        """One renewal of every held lease; ``False`` if the store failed."""
+        held = {run_id: h.token for run_id, h in self.held.items()}
+        sent = trio.current_time()
+        self.renewals += 1
+        try:
+            with trio.move_on_at(self._confirmed + self.ttl):
+                renewal = await self.store.renew(self.owner, ttl=self.ttl, held=held)
+                self._confirmed = max(self._confirmed, sent)
+                for run_id in renewal.lost:
+                    self._lose(run_id, held[run_id], "another owner took it over")
+                for run_id in renewal.cancelled:
+                    h = self.held.get(run_id)
+                    if h is not None and h.token == held[run_id]:
+                        h.cancelled()
+                return True
+        except Exception as exc:
+            log.warning("tether: renewing the leases of %s failed: %r", self.owner, exc)
+        return False
+
+    def _lose(self, run_id: str, token: int, why: str) -> None:
+        h = self.held.get(run_id)
+        if h is None or h.token != token:
+            return
+        del self.held[run_id]
+        h.lost(
+            LeaseLostError(
+                f"run {run_id!r}: this engine ({self.owner}) lost the run's lease "
+                f"(token {token}): {why}. The run was stopped; nothing more was written."
+            )
+        )
+
+    def _lose_all(self, why: str) -> None:
+        for run_id, h in list(self.held.items()):
+            self._lose(run_id, h.token, why)
