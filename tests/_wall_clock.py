@@ -2,7 +2,8 @@
 
 A module's steps are defined at its top level, so they read the clock of the
 test that runs them through a module-level :class:`ModuleClock` (``clock()``),
-which the module's autouse fixture makes fresh with :func:`fresh_test`.
+which the module's autouse fixture makes fresh with :func:`fresh_test`. (Such a
+module also uses the plugin's ``tether_registry``, for the workflows its tests define.)
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tether.testing import TrioWallClock
-
-from ._registry import saved_registry
 
 #: what the clock reads when a test starts (at trio time 0)
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -36,10 +35,8 @@ class ModuleClock:
 
 @contextmanager
 def fresh_test(clock: ModuleClock, *logs: list[Any]) -> Iterator[None]:
-    """A test's block: *logs* emptied and *clock* reset on entry, and the workflows the
-    test defines unregistered on exit."""
+    """A test's block: *logs* emptied and *clock* reset on entry."""
     for log in logs:
         log.clear()
     clock.reset()
-    with saved_registry():
-        yield
+    yield

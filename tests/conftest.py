@@ -1,35 +1,31 @@
+"""What this repository's tests add to tether's own pytest plugin.
+
+The store fixtures are the plugin's (``tether_store``, ``tether_store_factory``,
+``tether_raw_store_factory``, ``tether_store_kind``): this conftest gives its
+``postgres`` kind the session's throwaway server (``tests/_postgres.py``),
+started when the first test of that kind runs; without server binaries those
+tests are skipped, and fail under ``CI=true``. ``--tether-postgres=URL`` runs
+them on another database instead.
+"""
+
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-import tether
-from tether.stores import Store
-from tether.testing._clock import hold_clock
-from tether.testing.pytest_plugin import STORE_KINDS as PLUGIN_KINDS
 from tether.testing.pytest_plugin import make_store as make_store
+from tether.testing.pytest_plugin import reopen_store as reopen_store
 
 from . import _postgres
 
 pytest_plugins = ["pytester"]
 
-#: Every built-in store; engine tests taking ``store`` run once per kind.
-#: ``postgres`` runs on the session's throwaway server (``tests/_postgres.py``;
-#: skipped without server binaries, failing under ``CI=true``).
-STORE_KINDS = [*PLUGIN_KINDS, "postgres"]
 
-
-def reopen_store(store: Store) -> Store:
-    """A new store object on the same location as *store* (memory: itself)."""
-    if isinstance(store, tether.SQLiteStore):
-        return tether.SQLiteStore(store.path, synchronous=store.synchronous)
-    if isinstance(store, tether.FileStore):
-        return tether.FileStore(store.directory)
-    if isinstance(store, tether.PostgresStore):
-        return _postgres.start_once().reopen(store)
-    return store
+@pytest.hookimpl(optionalhook=True)
+def pytest_tether_postgres_url(config: pytest.Config) -> str:
+    """The plugin's ``postgres`` kind runs on the session's throwaway server."""
+    return _postgres.session_server().conninfo()
 
 
 @pytest.fixture(scope="session")
@@ -40,40 +36,3 @@ def postgres_server() -> Iterator[_postgres.PostgresServer]:
         yield server
     finally:
         _postgres.stop()
-
-
-@pytest.fixture(params=STORE_KINDS)
-def store_kind(request: pytest.FixtureRequest) -> str:
-    kind: str = request.param
-    return kind
-
-
-@pytest.fixture
-def raw_store_factory(
-    store_kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Callable[[], Store]:
-    """Makes fresh, unopened stores of one kind, unwrapped (for store tests).
-
-    Postgres stores each get a new schema on the session's server.
-    """
-    if store_kind == "postgres":
-        server: _postgres.PostgresServer = request.getfixturevalue("postgres_server")
-        return server.store
-    return lambda: make_store(store_kind, tmp_path)
-
-
-@pytest.fixture
-def store_factory(raw_store_factory: Callable[[], Store]) -> Callable[[], Store]:
-    """Makes fresh stores of one kind; engine tests run once per kind.
-
-    Thread-backed stores come wrapped in :class:`ClockHoldingStore`, so tests
-    on an autojumping ``MockClock`` see virtual time stand still while the
-    store's threads work.
-    """
-
-    return lambda: hold_clock(raw_store_factory())
-
-
-@pytest.fixture
-def store(store_factory: Callable[[], Store]) -> Store:
-    return store_factory()

@@ -52,8 +52,8 @@ async def stored(engine: tether.Engine, run_id: str) -> tether.RunInfo:
 # -- 1. one request ---------------------------------------------------------------
 
 
-async def test_a_request_pauses_the_run_and_resume_completes_it(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_a_request_pauses_the_run_and_resume_completes_it(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused) as caught:
             await engine.run(approval, "o-1", run_id="o-1")
         paused = caught.value
@@ -106,9 +106,9 @@ class Recorder:
         self.ends.append((None, type(event.exception) if event.exception else None))
 
 
-async def test_a_request_inside_a_step_does_not_fail_the_step(store: Store) -> None:
+async def test_a_request_inside_a_step_does_not_fail_the_step(tether_store: Store) -> None:
     hooks = Recorder()
-    async with tether.open_engine(store, hooks=[hooks]) as engine:
+    async with tether.open_engine(tether_store, hooks=[hooks]) as engine:
         with pytest.raises(tether.Paused) as caught:
             await engine.run(reviewed, "o-2", run_id="o-2")
         assert [r.key for r in caught.value.requests] == ["review#0/ask#0"]
@@ -145,8 +145,8 @@ async def fan_out() -> list[int]:
     return [a.result, b.result]
 
 
-async def test_parallel_branches_pause_together_and_resume_one_by_one(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_parallel_branches_pause_together_and_resume_one_by_one(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused) as caught:
             await engine.run(fan_out, run_id="f")
         assert sorted(r.key for r in caught.value.requests) == ["apples/ask#0", "pears/ask#0"]
@@ -168,8 +168,8 @@ async def test_parallel_branches_pause_together_and_resume_one_by_one(store: Sto
         ]
 
 
-async def test_answering_both_at_once_completes(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_answering_both_at_once_completes(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(fan_out, run_id="f2")
         responses = {"apples/ask#0": 1, "pears/ask#0": 2}
@@ -332,8 +332,8 @@ async def snapshot(engine: tether.Engine, run_id: str) -> tuple[Any, ...]:
     return (info.status, info.requests, info.entries, info.updated_at, info.error)
 
 
-async def test_bad_responses_raise_naming_the_key_and_change_nothing(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_bad_responses_raise_naming_the_key_and_change_nothing(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(fan_out, run_id="bad")
         before = await snapshot(engine, "bad")
@@ -385,8 +385,8 @@ async def decide() -> str:
     return f"{d.approved}:{d.reason}"
 
 
-async def test_structured_responses_decode_strictly(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_structured_responses_decode_strictly(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused) as caught:
             await engine.run(decide, run_id="d")
         assert caught.value.requests[0].response_type == "Decision"
@@ -409,8 +409,8 @@ async def two_questions() -> list[Any]:
     return [first, n, second, named]
 
 
-async def test_auto_keys_line_up_after_replay_and_explicit_keys_work(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_auto_keys_line_up_after_replay_and_explicit_keys_work(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused) as caught:
             await engine.run(two_questions, run_id="k")
         assert [r.key for r in caught.value.requests] == ["ask#0"]
@@ -434,16 +434,16 @@ async def swallower() -> str:
     return "answered"
 
 
-async def test_except_exception_does_not_swallow_the_pause(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_except_exception_does_not_swallow_the_pause(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(swallower, run_id="s")
         assert (await stored(engine, "s")).status is RunStatus.PAUSED
         assert await engine.resume("s", responses={"ask#0": True}) == "answered"
 
 
-async def test_resuming_a_paused_run_without_responses_pauses_again(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_resuming_a_paused_run_without_responses_pauses_again(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(approval, "o-7", run_id="again")
         with pytest.raises(tether.Paused) as caught:
@@ -497,11 +497,11 @@ async def test_a_changed_payload_on_replay_is_non_determinism() -> None:
 # -- 7. across engines (processes share nothing but the store) -------------------------
 
 
-async def test_pause_in_one_engine_resume_in_another(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_pause_in_one_engine_resume_in_another(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(approval, "o-8", run_id="x")
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         info = await stored(engine, "x")
         assert [r.key for r in info.requests] == ["ask#0"]
         assert await engine.resume("x", responses={"ask#0": True}) == "shipped-o-8"

@@ -43,20 +43,20 @@ from tether.testing import Delay, Hang
 from ._bad_store import WRITE_SECONDS
 from ._cli import ROOT, cli, run_tether, usage_error
 from ._json_store import JsonStore
-from ._registry import saved_registry
 
 SHOP = "examples.shop.shop:checkout"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+# The shop's workflows are imported by the command line in this process: the registry
+# is put back afterwards.
+pytestmark = pytest.mark.usefixtures("tether_registry")
+
+
 @pytest.fixture(autouse=True)
-def _registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The shop's workflows are imported by the command line in this process: put the
-    registry back afterwards, and import from the repository's root (as a user would run
-    it from theirs)."""
+def _root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import from the repository's root (as a user would run it from theirs)."""
     monkeypatch.chdir(ROOT)
-    with saved_registry():
-        yield
 
 
 def _samples(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -42,7 +42,6 @@ from tether.testing._faulty import Call
 
 from . import _child_crash_workflow as crashing
 from ._cli import tether_env
-from ._registry import saved_registry
 from .conftest import reopen_store
 
 HERE = Path(__file__).resolve().parent
@@ -225,9 +224,9 @@ def _children_of(entries: tuple[Entry, ...]) -> list[tuple[str, int | None, str 
 
 
 async def test_a_child_is_a_run_of_its_own_journaled_before_it_is_created(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(parent, 2, run_id="p") == (0 + 1) + (0 + 1 + 4) + 1
         assert await _run_ids(engine) == ["p", "p:child#0", "p:child#1"]
         info = await engine.get_run("p")
@@ -258,10 +257,10 @@ async def test_a_child_is_a_run_of_its_own_journaled_before_it_is_created(
 
 
 async def test_a_completed_child_is_never_executed_again(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     failing.add("tail")
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(Boom):
             await engine.run(parent, 1, run_id="p")
         assert await _status(engine, "p") is RunStatus.FAILED
@@ -272,8 +271,8 @@ async def test_a_completed_child_is_never_executed_again(
     assert executed == {"a/work#0": 1, "b/work#0": 1, "b/work#1": 1, "tail": 2}
 
 
-async def test_children_in_parallel(store: Store, autojump_clock: trio.abc.Clock) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_children_in_parallel(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(fan, 3, run_id="fan") == [0, 0, 1, 1, 4]
         assert await _run_ids(engine) == [
             "fan",
@@ -297,9 +296,9 @@ async def test_children_in_parallel(store: Store, autojump_clock: trio.abc.Clock
 
 
 async def test_a_child_inside_a_step_and_an_explicit_run_id(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(nested, "n", run_id="n") == 1
         assert await engine.run(explicit, "mine", run_id="e") == 1
         assert await _run_ids(engine) == ["e", "mine", "n", "n:with_child#0%2Fchild#0"]
@@ -346,9 +345,9 @@ async def test_bad_calls_are_usage_errors(autojump_clock: trio.abc.Clock) -> Non
 
 
 async def test_a_worker_executes_a_parent_and_its_children(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(parent, 1, run_id="wp")
         async with tether.open_worker(engine):
             assert await engine.wait("wp", timeout=30) == 2
@@ -368,12 +367,12 @@ async def sleepy(name: str) -> int:
 
 
 async def test_under_a_worker_a_sleeping_child_parks_and_so_does_its_parent(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     start = datetime(2030, 1, 1, tzinfo=UTC)
     due = start + timedelta(hours=1)
     clock = TrioWallClock(start)
-    async with tether.open_engine(store, clock=clock, lease_ttl=60) as engine:
+    async with tether.open_engine(tether_store, clock=clock, lease_ttl=60) as engine:
         async with tether.open_worker(
             engine, concurrency=2, poll_interval=600, park_after=60
         ) as worker:
@@ -381,7 +380,7 @@ async def test_under_a_worker_a_sleeping_child_parks_and_so_does_its_parent(
             await trio.sleep(60)
             # Neither holds a lease nor a slot while the child sleeps.
             for run_id in ("z", "z:child#0"):
-                record = await store.get_run(run_id)
+                record = await tether_store.get_run(run_id)
                 assert record is not None
                 assert (record.status, record.owner, record.wake_at) == (
                     RunStatus.WAITING,
@@ -399,11 +398,11 @@ async def test_under_a_worker_a_sleeping_child_parks_and_so_does_its_parent(
 
 
 async def test_a_parent_crashed_while_its_child_executes_reattaches_to_it(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     # The process dies as the child saves its second step: the parent's child
     # call, and the child's first step, are stored.
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     faulty.inject(
         "append",
         Crash(),
@@ -425,10 +424,10 @@ async def test_a_parent_crashed_while_its_child_executes_reattaches_to_it(
 
 
 async def test_a_crash_before_the_child_was_created_starts_it_once(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     # The parent's child call is stored; the process dies at the child's claim.
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     faulty.inject("claim", Crash(), when=lambda run_id, *args: run_id == "p:child#0")
     crashed = False
     try:
@@ -502,11 +501,11 @@ def test_a_parent_killed_while_its_child_executes_reattaches_to_it(
 
 @pytest.mark.parametrize("where", ["here", "another engine"])
 async def test_cancelling_the_parent_cancels_its_children(
-    where: str, store: Store, autojump_clock: trio.abc.Clock
+    where: str, tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     async with (
-        tether.open_engine(store) as engine,
-        tether.open_engine(_another(store)) as other,
+        tether.open_engine(tether_store) as engine,
+        tether.open_engine(_another(tether_store)) as other,
     ):
         canceller = engine if where == "here" else other
         async with trio.open_nursery() as nursery:
@@ -526,9 +525,9 @@ async def test_cancelling_the_parent_cancels_its_children(
 
 
 async def test_cancelling_an_interrupted_parent_cancels_its_children_at_once(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with trio.move_on_after(5):
             await engine.run(grand, "i", run_id="i")
         for run_id in ("i", "i:child#0", "i:child#0:child#0"):
@@ -541,10 +540,10 @@ async def test_cancelling_an_interrupted_parent_cancels_its_children_at_once(
 
 
 async def test_the_callers_cancellation_is_prompt_and_leaves_both_resumable(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     # The child's save of its gate step hangs: the caller's deadline still wins at once.
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     faulty.inject(
         "append",
         Hang(),
@@ -569,7 +568,7 @@ async def test_the_callers_cancellation_is_prompt_and_leaves_both_resumable(
 
 @pytest.mark.parametrize("fanned", [False, True])
 async def test_a_siblings_failure_lets_the_childs_completed_saves_drain(
-    fanned: bool, store: Store, autojump_clock: trio.abc.Clock
+    fanned: bool, tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     # fanned: the child's steps run in parallel, so its second record waits
     # for the child's saver task (which its parent's failing sibling must not cut).
@@ -595,7 +594,7 @@ async def test_a_siblings_failure_lets_the_childs_completed_saves_drain(
         result: int = h.result  # (a child's handle is a Handle[Any] to the type checker)
         return result
 
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     faulty.inject(
         "append",
         Do(slow_save),
@@ -624,10 +623,10 @@ async def test_a_siblings_failure_lets_the_childs_completed_saves_drain(
 
 
 async def test_a_childs_failure_is_the_parents_step_failure(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     failing.add("a/1")
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(Boom, match="work a 1"):
             await engine.run(parent, 2, run_id="p")
         info = await engine.get_run("p")
@@ -646,9 +645,9 @@ async def test_a_childs_failure_is_the_parents_step_failure(
 
 
 async def test_a_paused_child_raises_child_paused_error_in_the_parent(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.ChildPausedError, match=r"engine\.resume") as caught:
             await engine.run(asks, run_id="ap")
         assert caught.value.run_id == "ap:child#0"
@@ -665,7 +664,7 @@ async def test_a_paused_child_raises_child_paused_error_in_the_parent(
 
 @pytest.mark.parametrize("fails", [False, True])
 async def test_a_child_executing_elsewhere_is_waited_for(
-    fails: bool, store: Store, autojump_clock: trio.abc.Clock
+    fails: bool, tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     # Another engine executes the child (as a worker that took an orphaned
     # child over would): the parent waits for its outcome instead of executing it.
@@ -680,11 +679,11 @@ async def test_a_child_executing_elsewhere_is_waited_for(
             if len(reads) == 2:  # the parent's look at the child, then its wait's first
                 waiting.set()
 
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     faulty.inject("get_run", Do(looked))
     async with (
         tether.open_engine(faulty) as engine,
-        tether.open_engine(_another(store)) as other,
+        tether.open_engine(_another(tether_store)) as other,
     ):
         async with trio.open_nursery() as nursery:
 
@@ -727,10 +726,10 @@ async def test_a_child_executing_elsewhere_is_waited_for(
     ],
 )
 async def test_a_changed_child_call_is_a_divergence(
-    change: str, message: str, store: Store, autojump_clock: trio.abc.Clock
+    change: str, message: str, tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     failing.add("tail")
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(Boom):
             await engine.run(changing, 1, run_id="c")
         CODE["change"] = change
@@ -773,8 +772,5 @@ def test_the_explorer_injects_its_faults_at_the_childs_start() -> None:
     assert result.trials > 200 and result.outcome == "returned 9"
 
 
-@pytest.fixture(autouse=True)
-def _registry() -> Iterator[None]:
-    # (tests define workflows of their own: put the registry back after each)
-    with saved_registry():
-        yield
+# (tests define workflows of their own: the registry is put back after each)
+pytestmark = pytest.mark.usefixtures("tether_registry")

@@ -42,10 +42,9 @@ from tether.stores import RunStatus
 from . import _fleet
 from ._cli import cli
 from ._fleet import RawStore, TetherProcess
+from ._poll import PATIENCE, poll
 from ._postgres import SECRET_PASSWORD, SECRET_USER, PostgresServer
 
-#: How long anything a test waits for may take.
-PATIENCE = 60.0
 FIVE = "tests._fleet:five"
 GATED = "tests._fleet:gated"
 
@@ -70,15 +69,6 @@ def info(spec: str, run_id: str) -> tether.RunInfo:
             return got
 
     return trio.run(read)
-
-
-def poll(condition: Any, what: str, *processes: TetherProcess) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            tails = "\n".join(p.tail() for p in processes)
-            raise AssertionError(f"timed out after {PATIENCE} s waiting for {what}\n{tails}")
-        time.sleep(0.05)
 
 
 # -- submit and runs list --------------------------------------------------------------------

@@ -625,18 +625,18 @@ async def _round_trip_through_a_run(store: Store, tp: Any, value: Any) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 def test_supported_values_round_trip_through_a_run(
-    store_factory: Callable[[], Store], case: tuple[Any, Any]
+    tether_store_factory: Callable[[], Store], case: tuple[Any, Any]
 ) -> None:
     # A plain trio.run per example: Hypothesis drives the examples. Nothing
     # sleeps, so there is no clock to fake (and a thread-backed store needs a
     # real one).
     tp, value = case
-    trio.run(_round_trip_through_a_run, store_factory(), tp, value)
+    trio.run(_round_trip_through_a_run, tether_store_factory(), tp, value)
 
 
-async def test_a_step_returning_none_and_an_int_for_a_float(store: Store) -> None:
-    await _round_trip_through_a_run(store, type(None), None)
-    await _round_trip_through_a_run(store, Shape | None, None)
+async def test_a_step_returning_none_and_an_int_for_a_float(tether_store: Store) -> None:
+    await _round_trip_through_a_run(tether_store, type(None), None)
+    await _round_trip_through_a_run(tether_store, Shape | None, None)
 
     async def one() -> float:
         return 1
@@ -645,7 +645,7 @@ async def test_a_step_returning_none_and_an_int_for_a_float(store: Store) -> Non
     async def widened() -> float:
         return await tether.step(one)()
 
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         first = await engine.run(widened, run_id="widened")
         again = await engine.run(widened, run_id="widened")
     assert_identical(1.0, first)
@@ -770,12 +770,12 @@ SHAPE = Shape(
 WHEN = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
-async def test_workflow_arguments_are_stored_and_decoded_on_resume(store: Store) -> None:
+async def test_workflow_arguments_are_stored_and_decoded_on_resume(tether_store: Store) -> None:
     ARGS_SEEN.clear()
     ARGS_FAIL[:] = [Boom()]
     sizes = frozenset({Size.S, Size.M})
     extra = Point(x=7, y=7.5)
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(Boom):
             await engine.run(with_args, SHAPE, WHEN, sizes, extra, run_id="args")
         result = await engine.resume("args")
@@ -787,7 +787,7 @@ async def test_workflow_arguments_are_stored_and_decoded_on_resume(store: Store)
     assert_identical(SHAPE, result)
 
 
-async def test_rerun_with_equal_set_arguments_resumes(store: Store) -> None:
+async def test_rerun_with_equal_set_arguments_resumes(tether_store: Store) -> None:
     """Equal arguments are equal text, so run() resumes instead of conflicting."""
     seen: list[set[int]] = []
     fail_once = [Boom()]
@@ -801,15 +801,15 @@ async def test_rerun_with_equal_set_arguments_resumes(store: Store) -> None:
 
     first, second = {1, 9}, {9, 1}
     assert list(first) != list(second)
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(Boom):
             await engine.run(set_args, first, run_id="sets")
         assert await engine.run(set_args, second, run_id="sets") == [1, 9]
     assert seen == [{1, 9}, {1, 9}]
 
 
-async def test_unencodable_workflow_argument_is_refused(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_unencodable_workflow_argument_is_refused(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.CodecError, match="arguments of workflow"):
             await engine.run(with_args, Plain(), WHEN, frozenset(), run_id="plain")
         assert await engine.get_run("plain") is None
@@ -822,7 +822,7 @@ def test_signature_args_type_from_annotations() -> None:
     assert sig.args_type(5) == tuple[Shape, datetime, frozenset[Size], Point, Point]
 
 
-async def test_step_arguments_are_only_digested(store: Store) -> None:
+async def test_step_arguments_are_only_digested(tether_store: Store) -> None:
     """Arguments need not decode: a dict with int keys is a fine argument."""
 
     async def h(table: dict[int, str]) -> str:
@@ -832,5 +832,5 @@ async def test_step_arguments_are_only_digested(store: Store) -> None:
     async def wf() -> str:
         return await tether.step(h)({1: "a", 2: "b"})
 
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(wf, run_id="int-keys") == "a"

@@ -67,9 +67,9 @@ async def checkout(order_id: str, budget: Price | None) -> Price:
     return total
 
 
-async def test_a_registered_type_in_results_responses_and_arguments(store: Store) -> None:
+async def test_a_registered_type_in_results_responses_and_arguments(tether_store: Store) -> None:
     budget = Price(Decimal("20.00"), "EUR")
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused) as caught:
             await engine.run(checkout, "o-1", budget, run_id="o-1")
     [request] = caught.value.requests
@@ -82,7 +82,7 @@ async def test_a_registered_type_in_results_responses_and_arguments(store: Store
 
     # Another engine on the same location: the arguments and the journaled
     # step result are decoded from the store, by the registration's decode.
-    async with tether.open_engine(reopen_store(store)) as engine:
+    async with tether.open_engine(reopen_store(tether_store)) as engine:
         tip = Price(Decimal("1.25"), "EUR")
         total = await engine.resume("o-1", responses={request.key: tip})
         info = await engine.get_run("o-1")
@@ -96,16 +96,16 @@ async def test_a_registered_type_in_results_responses_and_arguments(store: Store
     assert entries["ask#0"].kind is EntryKind.RESPONSE
     assert entries["ask#0"].value == '{"amount":"1.25","currency":"EUR"}'
 
-    async with tether.open_engine(reopen_store(store)) as engine:
+    async with tether.open_engine(reopen_store(tether_store)) as engine:
         # Completed: the stored result, decoded by the return annotation.
         again = await engine.run(checkout, "o-1", budget, run_id="o-1")
     assert type(again) is Price and again == total
     assert str(again.amount) == "13.75"
 
 
-async def test_a_response_given_as_json_values_decodes(store: Store) -> None:
+async def test_a_response_given_as_json_values_decodes(tether_store: Store) -> None:
     """What ``tether resume --respond`` passes: the JSON form, decoded by the registration."""
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(checkout, "o-2", None, run_id="o-2")
         total = await engine.resume(
@@ -115,9 +115,9 @@ async def test_a_response_given_as_json_values_decodes(store: Store) -> None:
 
 
 async def test_a_response_the_decode_function_refuses_leaves_the_run_paused(
-    store: Store,
+    tether_store: Store,
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(checkout, "o-3", None, run_id="o-3")
         with pytest.raises(tether.InvalidResponseError) as caught:

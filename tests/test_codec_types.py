@@ -242,7 +242,7 @@ async def with_args(
     return {order_id: amount}
 
 
-async def test_workflow_arguments_of_each_type_decode_on_resume(store: Store) -> None:
+async def test_workflow_arguments_of_each_type_decode_on_resume(tether_store: Store) -> None:
     ARGS.clear()
     FAIL_ONCE[:] = [ValueError("once")]
     given = (
@@ -257,7 +257,7 @@ async def test_workflow_arguments_of_each_type_decode_on_resume(store: Store) ->
         "s",
         "m",
     )
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError, match="once"):
             await engine.run(with_args, *given, run_id="typed-args")
         result = await engine.resume("typed-args")

@@ -228,7 +228,7 @@ async def test_a_good_answer_resumes_the_run(db: Path) -> None:
         assert info is not None and info.status is RunStatus.COMPLETED
         assert info.result == f"shipped o-ask (4200 cents) {flows.SCRIPT}"
         page = await http.get(response.headers["location"])
-        assert "answered ask#0; the run resumed and completed" in page.text
+        assert "responded to ask#0; the run resumed and completed" in page.text
         again = await http.post("/run/answer", data=answer())  # answered already
         assert again.status_code == 409 and "has no pending request" in again.text
 

@@ -24,7 +24,6 @@ from tether.stores import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, S
 from tether.stores._record_json import dumps_record, loads_record
 from tether.stores._rows import encode_entry, generic_encode_entry
 
-from ._registry import saved_registry
 
 #: which change the workflows below have now ("" for the code the runs started with)
 CODE = {"change": ""}
@@ -33,14 +32,15 @@ BANK_DOWN = {"down": True}
 effects: Counter[str] = Counter()
 
 
+# Tests that define another version of a workflow put the first one back.
+pytestmark = pytest.mark.usefixtures("tether_registry")
+
+
 @pytest.fixture(autouse=True)
-def _reset() -> Iterator[None]:
+def _reset() -> None:
     CODE["change"] = ""
     BANK_DOWN["down"] = True
     effects.clear()
-    # Tests that define another version of a workflow put the first one back.
-    with saved_registry():
-        yield
 
 
 @tether.step
@@ -168,12 +168,12 @@ CASES = {
 
 @pytest.mark.parametrize("change", sorted(CASES))
 async def test_a_changed_workflow_diverges_at_its_first_wrong_call(
-    change: str, store: Store
+    change: str, tether_store: Store
 ) -> None:
-    entries = await failed_run(store)
+    entries = await failed_run(tether_store)
     CODE["change"] = change
     before = effects.copy()
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.NonDeterminismError, match=CASES[change]):
             await engine.resume("o")
         assert effects == before  # nothing ran: not the diverging call, not what follows
@@ -181,7 +181,7 @@ async def test_a_changed_workflow_diverges_at_its_first_wrong_call(
     # Put back, the code resumes the run where it failed.
     CODE["change"] = ""
     BANK_DOWN["down"] = False
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.resume("o") == "o-1: 12"
     assert effects - before == Counter({"settle(o-1)": 1})
 
@@ -250,14 +250,14 @@ async def count_v2(n: str) -> str:
     ],
 )
 async def test_a_changed_signature_names_the_parameter(
-    old: tether.Workflow[..., str], args: tuple[object, ...], match: str, store: Store
+    old: tether.Workflow[..., str], args: tuple[object, ...], match: str, tether_store: Store
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError, match="the bank is down"):
             await engine.run(old, *args, run_id="p")
     before = effects.copy()
     # A new engine, as in the next deploy: the name now stands for the new definition.
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.NonDeterminismError, match=match):
             await engine.resume("p")
         info = await engine.get_run("p")
@@ -293,8 +293,8 @@ async def approval(order: str) -> str:
     return "approved" if ok else "rejected"
 
 
-async def test_a_paused_run_that_diverges_stays_paused_with_its_requests(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_a_paused_run_that_diverges_stays_paused_with_its_requests(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(approval, "o-2", run_id="a")
         CODE["change"] = "inserted"
@@ -598,11 +598,11 @@ async def legacy_run(store: Store, run_id: str, *, extra: bool = False) -> None:
     assert [e.position for e in stored] == [None] * len(old)
 
 
-async def test_entries_without_positions_replay_by_key(store: Store) -> None:
-    await legacy_run(store, "old")
+async def test_entries_without_positions_replay_by_key(tether_store: Store) -> None:
+    await legacy_run(tether_store, "old")
     BANK_DOWN["down"] = False
     effects.clear()
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.resume("old") == "o-1: 12"
         info = await engine.get_run("old")
     assert effects == Counter({"settle(o-1)": 1})  # the three old entries replayed

@@ -50,10 +50,10 @@ PAIRED = {
     "how-to/child-runs.md": "children.py",
     "how-to/timers-and-retries.md": "timers.py",
     "how-to/benchmark-your-workflow.md": "bench.py",
-    "how-to/signals.md": "signals.py",
+    "how-to/messages.md": "messages.py",
 }
 #: examples that wait for other processes, so run on the real clock
-REAL_TIME = frozenset({"processes.py", "scale_out.py", "signals.py"})
+REAL_TIME = frozenset({"processes.py", "scale_out.py", "messages.py"})
 #: pages whose ```python blocks, in order, are a pytest module run from here
 EXECUTED = "how-to/test-a-workflow.md"
 

@@ -68,9 +68,9 @@ def assert_no_unawaited_coroutines(caught: list[warnings.WarningMessage]) -> Non
 # -- resume ----------------------------------------------------------------------
 
 
-async def test_failed_run_resumes_without_repeating_completed_steps(store: Store) -> None:
+async def test_failed_run_resumes_without_repeating_completed_steps(tether_store: Store) -> None:
     flaky["fragile"] = True
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError, match=r"fragile\(3\) failed"):
             await engine.run(sequential, 3, run_id="r1")
         info = await engine.get_run("r1")
@@ -100,8 +100,8 @@ async def test_failed_run_resumes_without_repeating_completed_steps(store: Store
         assert [e.seq for e in info.entries] == [1, 2, 3, 4, 5]
 
 
-async def test_completed_run_returns_stored_result_and_executes_nothing(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_completed_run_returns_stored_result_and_executes_nothing(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(sequential, 1, run_id="r") == [0, 2, 200]
         runs.clear()
         assert await engine.run(sequential, 1, run_id="r") == [0, 2, 200]
@@ -112,9 +112,9 @@ async def test_completed_run_returns_stored_result_and_executes_nothing(store: S
         assert runs == {}
 
 
-async def test_run_with_existing_unfinished_id_resumes(store: Store) -> None:
+async def test_run_with_existing_unfinished_id_resumes(tether_store: Store) -> None:
     flaky["fragile"] = True
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError):
             await engine.run(sequential, 2, run_id="r")
         flaky["fragile"] = False
@@ -122,13 +122,13 @@ async def test_run_with_existing_unfinished_id_resumes(store: Store) -> None:
         assert runs["double(0)"] == 1
 
 
-async def test_resume_in_a_new_engine_on_the_same_store(store: Store) -> None:
+async def test_resume_in_a_new_engine_on_the_same_store(tether_store: Store) -> None:
     flaky["fragile"] = True
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError):
             await engine.run(sequential, 2, run_id="r")
     flaky["fragile"] = False
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.resume("r") == [0, 2, 3, 200]
     assert runs["double(1)"] == 1
 
@@ -464,10 +464,10 @@ async def reverse_finish(n: int) -> list[str]:
 
 
 async def test_parallel_results_replay_to_the_calls_that_made_them(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     flaky["after"] = True
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(RuntimeError):
             await engine.run(reverse_finish, 4, run_id="r")
         info = await engine.get_run("r")
@@ -487,9 +487,9 @@ async def with_input(x: int) -> int:
     return await fragile(y)
 
 
-async def test_changed_arguments_on_replay_raise_non_determinism(store: Store) -> None:
+async def test_changed_arguments_on_replay_raise_non_determinism(tether_store: Store) -> None:
     flaky["fragile"] = True
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError):
             await engine.run(with_input, 5, run_id="r")
         flaky["fragile"] = False
@@ -525,8 +525,8 @@ async def nested() -> int:
     return h.result + g.result
 
 
-async def test_nested_and_explicit_keys(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_nested_and_explicit_keys(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(nested, run_id="r") == 10 + 20 + 20 + 30
         info = await engine.get_run("r")
         assert info is not None
@@ -716,8 +716,8 @@ async def test_responses_to_a_completed_run_are_refused() -> None:
             await engine.resume("done", responses={"k": 1})
 
 
-async def test_store_failure_is_a_store_error_and_the_step_runs_again(store: Store) -> None:
-    faulty = FaultyStore(store)
+async def test_store_failure_is_a_store_error_and_the_step_runs_again(tether_store: Store) -> None:
+    faulty = FaultyStore(tether_store)
     faulty.inject("append", tether.testing.Raise(lambda: OSError("disk full")), at=2)
     async with tether.open_engine(faulty) as engine:
         with pytest.raises(tether.StoreError, match="saving step double#1") as info:
@@ -769,8 +769,8 @@ async def test_retries_never_retry_cancellation(autojump_clock: trio.abc.Clock) 
     assert attempts == [1]
 
 
-async def test_list_runs(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_list_runs(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         await engine.run(sequential, 0, run_id="a")
         flaky["fragile"] = True
         with pytest.raises(ValueError):
@@ -831,8 +831,8 @@ async def test_every_hook_sees_every_end_even_after_one_raised() -> None:
     assert ("end", "fragile#0", None) in rec.events
 
 
-async def test_store_read_failures_are_store_errors(store: Store) -> None:
-    faulty = FaultyStore(store)
+async def test_store_read_failures_are_store_errors(tether_store: Store) -> None:
+    faulty = FaultyStore(tether_store)
     faulty.inject("get_run", tether.testing.Raise(lambda: OSError("disk gone")))
     async with tether.open_engine(faulty) as engine:
         with pytest.raises(tether.StoreError, match="reading run 'r'") as info:
@@ -909,11 +909,11 @@ async def test_a_monkeypatched_append_that_returns_nothing_still_journals(
 
 
 async def test_many_concurrent_runs_share_one_engine(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     flaky["after"] = False
     results: dict[str, list[str]] = {}
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
 
         async def one(i: int) -> None:
             results[f"r{i}"] = await engine.run(reverse_finish, 3, run_id=f"r{i}")

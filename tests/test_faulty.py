@@ -159,9 +159,9 @@ class Gate:
 
 @pytest.mark.parametrize(("method", "at"), [("append", 3), ("update_run", 1)])
 async def test_a_crash_stops_every_write_and_a_new_engine_resumes(
-    store_factory: Callable[[], Store], method: str, at: int
+    tether_store_factory: Callable[[], Store], method: str, at: int
 ) -> None:
-    faulty = FaultyStore(store_factory())
+    faulty = FaultyStore(tether_store_factory())
     at_crash: list[Snapshot] = []
 
     async def snapshot_then_crash(call: Call) -> None:
@@ -381,9 +381,9 @@ async def test_close_returns_when_the_store_crashes_during_it() -> None:
 
 
 async def test_raise_after_the_write_is_an_unclear_failure(
-    store_factory: Callable[[], Store],
+    tether_store_factory: Callable[[], Store],
 ) -> None:
-    faulty = FaultyStore(store_factory())
+    faulty = FaultyStore(tether_store_factory())
     faulty.inject("append", Raise(), at=2, after=True)
     async with tether.open_engine(faulty) as engine:
         with pytest.raises(tether.StoreError, match=r"append call #2 after the inner store"):
@@ -396,8 +396,8 @@ async def test_raise_after_the_write_is_an_unclear_failure(
     assert executions == {"double(0)": 1, "double(1)": 1, "double(2)": 1}
 
 
-async def test_crash_after_the_write_keeps_the_write(store_factory: Callable[[], Store]) -> None:
-    faulty = FaultyStore(store_factory())
+async def test_crash_after_the_write_keeps_the_write(tether_store_factory: Callable[[], Store]) -> None:
+    faulty = FaultyStore(tether_store_factory())
     faulty.inject("append", Crash(), at=2, after=True)
     async with tether.open_engine(faulty) as engine:
         with pytest.raises(SimulatedCrash, match=r"at append call #2, after the inner store"):

@@ -453,8 +453,8 @@ async def asks() -> bool:
     return answer
 
 
-async def test_cancel_of_runs_without_an_owner_is_final_at_once(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_cancel_of_runs_without_an_owner_is_final_at_once(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(ValueError, match="flaky"):
             await engine.run(fails, run_id="failed")
         with pytest.raises(tether.Paused):
@@ -741,16 +741,16 @@ async def damaged() -> int:
     return await flaky()
 
 
-async def test_a_bad_owner_or_ttl_is_a_usage_error_on_every_store(store: Store) -> None:
+async def test_a_bad_owner_or_ttl_is_a_usage_error_on_every_store(tether_store: Store) -> None:
     now = utcnow()
     record = RunRecord(run_id="r", workflow="w", args="[]", created_at=now, updated_at=now)
-    await store.open()
+    await tether_store.open()
     try:
         for owner, ttl in [("a/b", 1.0), ("", 1.0), ("ok", -1.0), ("ok", float("nan"))]:
             with pytest.raises(tether.UsageError, match="lease"):
-                await store.claim("r", owner, ttl=ttl, create=record)
-        assert await store.get_run("r") is None  # nothing was created
+                await tether_store.claim("r", owner, ttl=ttl, create=record)
+        assert await tether_store.get_run("r") is None  # nothing was created
         with pytest.raises(tether.UsageError, match="lease owner"):
-            await store.renew("a\nb", ttl=1.0, held={})
+            await tether_store.renew("a\nb", ttl=1.0, held={})
     finally:
-        await store.close()
+        await tether_store.close()

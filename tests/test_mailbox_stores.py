@@ -111,11 +111,11 @@ def _where(store: Store, seq: int) -> list[str]:
     return [store.url, store.schema, f"table messages, seq {seq}"]
 
 
-@pytest.mark.parametrize("store_kind", DURABLE)
+@pytest.mark.tether_stores(*DURABLE)
 async def test_a_damaged_message_is_corrupt_naming_the_store_run_and_seq(
-    raw_store_factory: Callable[[], Store],
+    tether_raw_store_factory: Callable[[], Store],
 ) -> None:
-    store = raw_store_factory()
+    store = tether_raw_store_factory()
     async with opened(store) as mailbox:
         await store.create_run(_record("r"))
         sent = [await mailbox.send_message("r", "n", f'{{"n": {i}}}', now=T0) for i in (1, 2, 3)]
@@ -142,12 +142,12 @@ async def test_a_damaged_message_is_corrupt_naming_the_store_run_and_seq(
         assert list(await mailbox.load_messages("r", after=2)) == sent[2:]
 
 
-@pytest.mark.parametrize("store_kind", DURABLE)
+@pytest.mark.tether_stores(*DURABLE)
 async def test_sends_from_two_store_objects_on_one_location_take_distinct_seqs(
-    raw_store_factory: Callable[[], Store],
+    tether_raw_store_factory: Callable[[], Store],
 ) -> None:
     """As two processes would: each store object has its own connections, threads, locks."""
-    first = raw_store_factory()
+    first = tether_raw_store_factory()
     second = reopen_store(first)
     async with opened(first) as a, opened(second) as b:
         await first.create_run(_record("r", status=RunStatus.WAITING))

@@ -39,8 +39,8 @@ def journal(info: tether.RunInfo | None) -> list[tuple[str, EntryKind, int | Non
     return [(e.key, e.kind, e.position) for e in info.entries]
 
 
-async def test_runs_from_before_and_after_a_change_each_take_their_own_path(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_runs_from_before_and_after_a_change_each_take_their_own_path(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(checkout, "o-old", run_id="o-old")  # the code before the change
         CODE["code"] = "new"
@@ -77,8 +77,8 @@ async def test_runs_from_before_and_after_a_change_each_take_their_own_path(stor
         assert journal(await engine.get_run("o-new"))[-1] == ("ask#0", EntryKind.RESPONSE, 4)
 
 
-async def test_deprecate_patch_replays_runs_with_and_without_the_marker(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_deprecate_patch_replays_runs_with_and_without_the_marker(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         CODE["code"] = "new"
         with pytest.raises(tether.Paused):
             await engine.run(checkout, "marked", run_id="marked")
@@ -174,8 +174,8 @@ async def gated() -> bool:
     return False
 
 
-async def test_a_run_that_pauses_right_after_patched_stores_its_marker(store: Store) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_a_run_that_pauses_right_after_patched_stores_its_marker(tether_store: Store) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(gated, run_id="g")
         assert journal(await engine.get_run("g")) == [("patched(gate)", EntryKind.MARKER, 0)]

@@ -29,7 +29,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests._registry import saved_registry
+from tether.testing.pytest_plugin import saved_registry
 
 PEERS = Path(__file__).resolve().parent.parent / "benchmarks" / "peers"
 DRIVERS = ("tether_engine", "trio_floor", "asyncio_floor")

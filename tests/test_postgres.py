@@ -46,6 +46,7 @@ from tether.stores import Entry, RunRecord, RunStatus, utcnow
 from tether.stores._postgres_sql import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from tether.testing import check_store
 
+from ._poll import PATIENCE, apoll
 from ._postgres import (
     SECRET_PASSWORD,
     SECRET_USER,
@@ -55,8 +56,6 @@ from ._postgres import (
 
 #: How much later than its deadline a call may return (a thread, a socket, a loaded machine).
 SLACK = 1.5
-#: How long anything a test waits for may take before the test fails.
-PATIENCE = 30.0
 
 executed: Counter[str] = Counter()
 
@@ -70,14 +69,6 @@ def _reset() -> None:
 def server(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
     yield postgres_server
     postgres_server.cont()  # whatever a test did, the server runs again for the next
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Poll *condition()* (real time) until it is true; fail after PATIENCE seconds."""
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await trio.to_thread.run_sync(time.sleep, 0.01)
 
 
 @asynccontextmanager
@@ -413,7 +404,7 @@ async def test_abandoned_threads_end_and_close_is_bounded(server: PostgresServer
             took = time.monotonic() - started
             assert took < 0.3 + SLACK, f"30 reads with a 0.3 s deadline took {took:.2f}s"
             # Each abandoned thread's connection was cut: none is left waiting.
-            await eventually(lambda: not store._calls, "the abandoned threads to end")
+            await apoll(lambda: not store._calls, "the abandoned threads to end")
             with trio.fail_after(2 + 2 + SLACK * 2):  # connect_timeout: the pool reconnecting
                 await store.close()
     finally:
@@ -520,11 +511,11 @@ async def test_a_watcher_reconnects_after_a_restart(server: PostgresServer) -> N
     calls: list[float] = []
     async with opened(store), trio.open_nursery() as nursery:
         nursery.start_soon(store.watch, lambda: calls.append(time.monotonic()))
-        await eventually(lambda: bool(calls), "the watcher to listen")
+        await apoll(lambda: bool(calls), "the watcher to listen")
         await trio.to_thread.run_sync(server.restart)
         restarted = time.monotonic()
         await store.create_run(_record("after-restart"))
-        await eventually(
+        await apoll(
             lambda: any(t > restarted for t in calls), "a notification after the restart"
         )
         nursery.cancel_scope.cancel()
@@ -574,13 +565,13 @@ async def test_a_bad_append_in_a_batch_fails_alone(server: PostgresServer) -> No
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(append, "blocker", "blocker", _entry("blocker", "b"))
-                await eventually(lambda: bool(store._inflight), "the writer to wait for the lock")
+                await apoll(lambda: bool(store._inflight), "the writer to wait for the lock")
                 for i in range(5):
                     nursery.start_soon(append, f"good-{i}", "good", _entry("good", f"g#{i}"))
                 nursery.start_soon(append, "missing", "nobody", _entry("nobody", "m"))
                 nursery.start_soon(append, "stale", "fenced", _entry("fenced", "f", token=7))
                 nursery.start_soon(append, "dup", "good", dup)
-                await eventually(lambda: store._queue.qsize() >= 8, "the appends to queue")
+                await apoll(lambda: store._queue.qsize() >= 8, "the appends to queue")
                 await trio.to_thread.run_sync(lock.release)
         finally:
             lock.conn.close()

@@ -175,8 +175,8 @@ def test_prune_never_creates_a_store(tmp_path: Path) -> None:
 # -- the stores' delete_run -------------------------------------------------------------
 
 
-async def test_every_store_deletes_runs_whole(raw_store_factory: Callable[[], Store]) -> None:
-    result = await check_store(raw_store_factory, only=["delete_run"])
+async def test_every_store_deletes_runs_whole(tether_raw_store_factory: Callable[[], Store]) -> None:
+    result = await check_store(tether_raw_store_factory, only=["delete_run"])
     assert result.passed == ("delete_run",)
 
 

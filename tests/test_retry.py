@@ -37,6 +37,9 @@ attempts: list[datetime] = []
 FAILING = {"calls": 3}
 clock = ModuleClock()
 
+# (the workflows a test defines are forgotten after it)
+pytestmark = pytest.mark.usefixtures("tether_registry")
+
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
@@ -74,9 +77,9 @@ def next_at(entry: Entry) -> datetime | None:
 
 
 async def test_a_backoff_survives_a_crash_no_attempt_early_and_none_lost(
-    raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
+    tether_raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
 ) -> None:
-    raw = raw_store_factory()
+    raw = tether_raw_store_factory()
     faulty = FaultyStore(hold_clock(raw))
     with trio.CancelScope() as process:
         async with trio.open_nursery() as nursery:
@@ -239,7 +242,7 @@ async def test_cancellation_is_never_retried_and_cancelling_a_backoff_is_prompt(
 
 
 async def test_a_long_backoff_parks_the_run_under_a_worker(
-    store: Store, autojump_clock: trio.testing.MockClock
+    tether_store: Store, autojump_clock: trio.testing.MockClock
 ) -> None:
     FAILING["calls"] = 1
     patient = tether.step(
@@ -252,12 +255,12 @@ async def test_a_long_backoff_parks_the_run_under_a_worker(
 
     due = START + timedelta(hours=1)
     async with (
-        tether.open_engine(store, clock=clock(), lease_ttl=60) as engine,
+        tether.open_engine(tether_store, clock=clock(), lease_ttl=60) as engine,
         tether.open_worker(engine, poll_interval=600) as worker,
     ):
         await engine.submit(patient_wf, 4, run_id="w")
         await trio.sleep(60)
-        record = await store.get_run("w")
+        record = await tether_store.get_run("w")
         assert record is not None
         assert (record.status, record.owner, record.wake_at) == (RunStatus.WAITING, None, due)
         assert worker.running == set()

@@ -66,9 +66,9 @@ def append_sizes(store: FaultyStore) -> list[int]:
 
 
 async def test_the_records_of_parallel_steps_go_to_the_store_in_one_append(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     sizes = append_sizes(faulty)
     async with tether.open_engine(faulty) as engine:
         assert await engine.run(fan_out, 10, run_id="r") == list(range(10))
@@ -140,9 +140,9 @@ async def failing_sibling(n: int) -> None:
 
 
 async def test_a_sibling_failure_never_loses_a_batch_in_flight(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     faulty.inject("append", Delay(1.0))  # in flight when the sibling fails at 0.5
     async with tether.open_engine(faulty) as engine:
         with pytest.RaisesGroup(ValueError):

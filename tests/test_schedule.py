@@ -42,6 +42,7 @@ from tether.testing._clock import ClockHoldingStore, hold_clock
 from . import _fleet, _schedules
 from ._cli import cli
 from ._fleet import RawStore, TetherProcess
+from ._poll import PATIENCE, poll
 from .conftest import reopen_store
 
 #: Virtual time 0 on the engines' clocks: half a minute before the first tick.
@@ -192,10 +193,10 @@ async def test_open_worker_checks_its_schedules() -> None:
 
 @pytest.mark.parametrize("b_ends", ["at the end", "cancelled", "crashed"])
 async def test_two_workers_start_exactly_one_run_per_tick(
-    store: Store, autojump_clock: trio.abc.Clock, b_ends: str
+    tether_store: Store, autojump_clock: trio.abc.Clock, b_ends: str
 ) -> None:
     s = minutely("two")
-    a_store, b_store = FaultyStore(store), FaultyStore(_another(store))
+    a_store, b_store = FaultyStore(tether_store), FaultyStore(_another(tether_store))
     b_scope = trio.CancelScope()
     end = trio.Event()
 
@@ -242,10 +243,10 @@ async def test_two_workers_start_exactly_one_run_per_tick(
 
 @pytest.mark.parametrize("catch_up", ["skip", "once"])
 async def test_ticks_missed_while_no_worker_was_up(
-    store: Store, autojump_clock: trio.abc.Clock, catch_up: str
+    tether_store: Store, autojump_clock: trio.abc.Clock, catch_up: str
 ) -> None:
     s = minutely(f"gap-{catch_up}", catch_up)
-    counted = FaultyStore(store)
+    counted = FaultyStore(tether_store)
     async with _engine(counted) as engine:
         async with tether.open_worker(engine, schedules=(s,)):
             await trio.sleep(140)  # 10:01:50: 10:00 and 10:01 ran
@@ -265,10 +266,10 @@ async def test_ticks_missed_while_no_worker_was_up(
 
 
 async def test_a_new_schedule_catches_up_nothing(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     s = minutely("fresh", "once")
-    counted = FaultyStore(store)
+    counted = FaultyStore(tether_store)
     async with _engine(counted) as engine:
         async with tether.open_worker(engine, schedules=(s,)):
             await trio.sleep(60)  # 10:00:30
@@ -279,10 +280,10 @@ async def test_a_new_schedule_catches_up_nothing(
 
 @pytest.mark.parametrize("catch_up", ["skip", "once"])
 async def test_a_worker_whose_store_fails_retries_then_applies_the_policy(
-    store: Store, autojump_clock: trio.abc.Clock, catch_up: str, caplog: pytest.LogCaptureFixture
+    tether_store: Store, autojump_clock: trio.abc.Clock, catch_up: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     s = minutely(f"behind-{catch_up}", catch_up)
-    faulty = FaultyStore(store)
+    faulty = FaultyStore(tether_store)
     away_until = 4 * 60 + 40  # 10:04:10 in virtual time
 
     async def refuse(call: Any) -> None:
@@ -309,11 +310,11 @@ async def test_a_worker_whose_store_fails_retries_then_applies_the_policy(
 
 
 async def test_a_tick_whose_run_id_is_taken_is_logged_and_skipped(
-    store: Store, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+    tether_store: Store, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     s = minutely("taken")
     taken = s.run_id(at(10, 1))
-    async with _engine(store) as engine:
+    async with _engine(tether_store) as engine:
         await engine.submit(beat, "someone else", 2, run_id=taken)
         async with tether.open_worker(engine, schedules=(s,)):
             await trio.sleep(200)  # 10:02:50
@@ -327,10 +328,10 @@ async def test_a_tick_whose_run_id_is_taken_is_logged_and_skipped(
 
 
 async def test_leaving_the_worker_cuts_a_submit_in_flight(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     s = minutely("cut", "once")
-    hung = FaultyStore(store)
+    hung = FaultyStore(tether_store)
     hung.inject("create_run", Hang(), when=lambda record: record.run_id == s.run_id(at(10, 1)))
     async with _engine(hung) as engine:
         async with tether.open_worker(engine, schedules=(s,)):
@@ -340,7 +341,7 @@ async def test_leaving_the_worker_cuts_a_submit_in_flight(
         assert await scheduled(engine, s) == minute_ids(s, (10, 0))
     await trio.sleep(20)
     # The next worker (10:01:30) catches the tick up: it has no run, and 10:00 has one.
-    async with _engine(_another(store)) as engine:
+    async with _engine(_another(tether_store)) as engine:
         async with tether.open_worker(engine, schedules=(s,)):
             await trio.sleep(10)
         assert await scheduled(engine, s) == minute_ids(s, (10, 0), (10, 1))
@@ -447,22 +448,12 @@ async def _create(path: Path) -> None:
 
 # -- tether worker, in real processes --------------------------------------------------------
 
-PATIENCE: Final = 60.0
 BEAT: Final = _schedules.every_two_seconds
 
 
 def _beats(raw: RawStore) -> dict[str, str]:
     rows = raw.query("SELECT run_id, status FROM {s}.runs WHERE run_id LIKE 'sched:%'")
     return dict(rows)
-
-
-def _poll(condition: Callable[[], bool], what: str, *processes: TetherProcess) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            tails = "\n".join(p.tail() for p in processes)
-            raise AssertionError(f"timed out after {PATIENCE} s waiting for {what}\n{tails}")
-        time.sleep(0.05)
 
 
 def _consecutive(run_ids: list[str]) -> list[str]:
@@ -498,7 +489,7 @@ def test_tether_worker_serves_the_schedules_of_its_modules(tmp_path: Path) -> No
         assert f"tether worker {owner}: schedules tests.beat (* * * * * */2), tests.nightly" in (
             w.stdout()
         )
-        _poll(lambda: list(_beats(raw).values()).count("completed") >= 3, "3 beats", w)
+        poll(lambda: list(_beats(raw).values()).count("completed") >= 3, "3 beats", w)
         w.signal(signal.SIGTERM)
         assert w.wait(PATIENCE) == 0, w.tail()
     finally:
@@ -516,11 +507,11 @@ def test_two_worker_processes_one_sigkilled_leave_no_tick_without_a_run(tmp_path
     try:
         first.owner(PATIENCE)
         second.owner(PATIENCE)
-        _poll(lambda: len(_beats(raw)) >= 3, "3 beats with both workers up", first, second)
+        poll(lambda: len(_beats(raw)) >= 3, "3 beats with both workers up", first, second)
         first.signal(signal.SIGKILL)
         assert first.wait(PATIENCE) == -signal.SIGKILL
         after_kill = len(_beats(raw))
-        _poll(lambda: len(_beats(raw)) >= after_kill + 3, "3 beats more", second)
+        poll(lambda: len(_beats(raw)) >= after_kill + 3, "3 beats more", second)
         second.signal(signal.SIGTERM)
         assert second.wait(PATIENCE) == 0, second.tail()
     finally:
@@ -532,7 +523,7 @@ def test_two_worker_processes_one_sigkilled_leave_no_tick_without_a_run(tmp_path
     # once a worker serves them again.
     third = _worker("third", tmp_path, spec, "--no-schedules")
     try:
-        _poll(lambda: set(_beats(raw).values()) == {"completed"}, "every beat to complete", third)
+        poll(lambda: set(_beats(raw).values()) == {"completed"}, "every beat to complete", third)
     finally:
         third.signal(signal.SIGTERM)
         third.wait(PATIENCE)

@@ -51,6 +51,9 @@ from .conftest import reopen_store
 seen: list[Any] = []
 clock = ModuleClock()
 
+# (the workflows a test defines are forgotten after it)
+pytestmark = pytest.mark.usefixtures("tether_registry")
+
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
@@ -143,7 +146,7 @@ async def test_a_receive_waits_for_a_send_and_messages_come_in_order_per_name(
 
 
 async def test_a_send_from_another_engine_wakes_a_receive_on_every_store(
-    raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
+    tether_raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
 ) -> None:
     @tether.workflow(name="tests.messages.one", messages={"item": int})
     async def one() -> int:
@@ -151,7 +154,7 @@ async def test_a_send_from_another_engine_wakes_a_receive_on_every_store(
         seen.append(trio.current_time())
         return value
 
-    raw = raw_store_factory()
+    raw = tether_raw_store_factory()
     async with (
         tether.open_engine(hold_clock(raw), clock=clock()) as receiver,
         # Another process, as it were: a store object of its own on the same storage.
@@ -224,9 +227,9 @@ async def test_message_events_are_reported_and_described(
 
 @pytest.mark.parametrize("after", [False, True], ids=["before-the-save", "after-the-save"])
 async def test_ten_messages_arrive_in_order_each_once_through_a_crash(
-    raw_store_factory: Callable[[], Store], after: bool, autojump_clock: trio.testing.MockClock
+    tether_raw_store_factory: Callable[[], Store], after: bool, autojump_clock: trio.testing.MockClock
 ) -> None:
-    raw = raw_store_factory()
+    raw = tether_raw_store_factory()
     faulty = FaultyStore(hold_clock(raw))
     # The process dies at the save of the fourth message: before it lands, or right after.
     faulty.inject(

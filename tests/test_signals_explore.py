@@ -51,7 +51,6 @@ from tether.testing import (
 )
 from tether.testing._explore import Explorer
 
-from ._registry import saved_registry
 
 #: The messages in the mailbox before the run executes: (name, JSON text).
 MAILBOX = (("n", "1"), ("word", '"left"'), ("n", "2"), ("n", "3"), ("word", '"right"'), ("n", "4"))
@@ -220,7 +219,5 @@ async def test_a_fault_at_each_mailbox_read_loses_no_message_and_repeats_none(
         assert_each_message_once(taken)
 
 
-@pytest.fixture(autouse=True)
-def _registry() -> Iterator[None]:
-    with saved_registry():
-        yield
+# (tests define workflows of their own: the registry is put back after each)
+pytestmark = pytest.mark.usefixtures("tether_registry")

@@ -33,10 +33,9 @@ from tether.stores import Entry, EntryKind, RunStatus, Store, mailbox_of
 
 from . import _signals_process as receiving
 from ._cli import tether_env
+from ._poll import PATIENCE, apoll
 
 HELPER = Path(__file__).resolve().with_name("_signals_process.py")
-#: How long any one thing a test waits for may take before the test fails.
-PATIENCE = 60.0
 #: The receiver's step for message 6 (``took#5``) blocks in the first process.
 BLOCK_AT = 5
 
@@ -44,15 +43,6 @@ BLOCK_AT = 5
 def value_of(seq: int) -> int:
     """The value of the message with *seq*: not the seq itself, so mix-ups show."""
     return 100 + seq
-
-
-async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll *condition()* (real time) until it is true; fail after :data:`PATIENCE`."""
-    with trio.move_on_after(PATIENCE):
-        while not await condition():  # noqa: ASYNC110 (another process: poll the store)
-            await trio.sleep(0.02)
-        return
-    raise AssertionError(f"timed out after {PATIENCE} s waiting for {what}")
 
 
 async def journal(engine: tether.Engine) -> tuple[Entry, ...]:
@@ -129,7 +119,7 @@ async def test_ten_messages_from_another_process_arrive_in_order_once_each_throu
             info = await engine.get_run(receiving.RUN_ID)
             return info is not None and info.executing
 
-        await until(executing, "the receiver process to execute the run")
+        await apoll(executing, "the receiver process to execute the run")
         # Messages 1 to 5, one at a time: each wakes the receiver in the other
         # process, which journals it, runs its step and waits for the next.
         for seq in range(1, BLOCK_AT + 1):
@@ -139,7 +129,7 @@ async def test_ten_messages_from_another_process_arrive_in_order_once_each_throu
                 entries = await journal(engine)
                 return taken(entries) == list(range(1, seq + 1)) and steps_done(entries) == seq
 
-            await until(took_it, f"message {seq} and its step in the journal")
+            await apoll(took_it, f"message {seq} and its step in the journal")
         # Messages 6, 7 and 8 at once: the receiver takes 6 and blocks in its
         # step; 7 and 8 wait in the mailbox.
         for seq in (6, 7, 8):
@@ -148,7 +138,7 @@ async def test_ten_messages_from_another_process_arrive_in_order_once_each_throu
         async def blocked() -> bool:
             return executions(log)[f"took#{BLOCK_AT} {value_of(6)}"] == 1
 
-        await until(blocked, "the step of message 6 to execute")
+        await apoll(blocked, "the step of message 6 to execute")
         first.send_signal(signal.SIGKILL)
         await output(first)
 
@@ -169,7 +159,7 @@ async def test_ten_messages_from_another_process_arrive_in_order_once_each_throu
             entries = await journal(engine)
             return taken(entries) == list(range(1, 9)) and steps_done(entries) == 8
 
-        await until(caught_up, "the resumed receiver to take messages 7 and 8")
+        await apoll(caught_up, "the resumed receiver to take messages 7 and 8")
         for seq in (9, 10):
             await send(seq)
         result = json.loads(await output(second))

@@ -154,21 +154,21 @@ TAMPERERS: dict[str, tuple[Tamperer, Tamperer] | None] = {
 
 
 async def test_every_store_passes_the_conformance_suite(
-    store_kind: str, raw_store_factory: Callable[[], Store]
+    tether_store_kind: str, tether_raw_store_factory: Callable[[], Store]
 ) -> None:
-    remove, alter = TAMPERERS[store_kind] or (None, None)
+    remove, alter = TAMPERERS[tether_store_kind] or (None, None)
     result = await check_store(
-        raw_store_factory,
+        tether_raw_store_factory,
         reopen=reopen_store,
-        corrupt=CORRUPTERS[store_kind],
+        corrupt=CORRUPTERS[tether_store_kind],
         remove=remove,
         alter=alter,
     )
     assert set(result.passed) | {name for name, _ in result.skipped} == set(CHECKS)
-    if store_kind == "memory":
+    if tether_store_kind == "memory":
         skipped = ["strict_reads", "journal_gap", "entry_checksum"]
     else:
-        skipped = ["watch", "message_watch"] if store_kind in ("sqlite", "file") else []
+        skipped = ["watch", "message_watch"] if tether_store_kind in ("sqlite", "file") else []
     assert [name for name, _ in result.skipped] == skipped
 
 

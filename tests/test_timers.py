@@ -43,6 +43,9 @@ seen: list[tuple[str, datetime]] = []
 #: the clock the workflows' steps read (fresh for each test)
 clock = ModuleClock()
 
+# (the workflows a test defines are forgotten after it)
+pytestmark = pytest.mark.usefixtures("tether_registry")
+
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
@@ -86,9 +89,9 @@ async def idle(worker: tether.Worker) -> None:
 
 
 async def test_a_three_day_sleep_wakes_at_day_three_through_a_crash_on_day_two(
-    raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
+    tether_raw_store_factory: Callable[[], Store], autojump_clock: trio.testing.MockClock
 ) -> None:
-    raw = raw_store_factory()
+    raw = tether_raw_store_factory()
     faulty = FaultyStore(hold_clock(raw))
     with trio.CancelScope() as process:
         async with trio.open_nursery() as nursery:
@@ -127,16 +130,16 @@ async def test_a_three_day_sleep_wakes_at_day_three_through_a_crash_on_day_two(
 
 
 async def test_a_run_parked_on_an_hour_holds_no_lease_nor_slot_and_wakes_when_due(
-    store: Store, autojump_clock: trio.testing.MockClock
+    tether_store: Store, autojump_clock: trio.testing.MockClock
 ) -> None:
     due = START + timedelta(hours=1)
     async with (
-        tether.open_engine(store, clock=clock(), lease_ttl=60) as engine,
+        tether.open_engine(tether_store, clock=clock(), lease_ttl=60) as engine,
         tether.open_worker(engine, concurrency=2, poll_interval=600) as worker,
     ):
         await engine.submit(an_hour, run_id="r")
         await trio.sleep(60)
-        record = await store.get_run("r")
+        record = await tether_store.get_run("r")
         assert record is not None
         assert (record.status, record.owner, record.lease_expires_at, record.wake_at) == (
             RunStatus.WAITING,
@@ -153,7 +156,7 @@ async def test_a_run_parked_on_an_hour_holds_no_lease_nor_slot_and_wakes_when_du
     assert worker.outcomes == {"waiting": 1, "completed": 1}
     # Taken up at the due time, on the test's clock: not a poll later.
     assert seen == [("before", START), ("after", due)]
-    info = await _info(store, "r")
+    info = await _info(tether_store, "r")
     # The park gave its dispatch back: only the claim that completed it counts.
     assert info.status is RunStatus.COMPLETED and info.wake_at is None and info.dispatches == 1
 

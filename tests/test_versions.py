@@ -44,10 +44,10 @@ from tether.stores import (
     utcnow,
 )
 from tether.stores._postgres_sql import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
+from tether.testing.pytest_plugin import saved_registry
 
 from . import _fleet
 from ._postgres import PostgresServer
-from ._registry import saved_registry
 from ._stores import InlineSlowStore
 from .conftest import reopen_store
 
@@ -114,13 +114,13 @@ def test_a_version_is_a_short_plain_string() -> None:
 
 
 async def test_the_version_is_stored_shown_and_filtered(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(quick_v2, 3, run_id="q2") == 300
         assert await engine.run(quick_v1, 3, run_id="q1") == 3
         await engine.submit(order_v0, 1, run_id="q0")
-        stored = await store.get_run("q2")
+        stored = await tether_store.get_run("q2")
         assert stored is not None and stored.version == "2"
         info = await engine.get_run("q1")
         assert info is not None and info.version == "1"
@@ -132,14 +132,14 @@ async def test_the_version_is_stored_shown_and_filtered(
 
 
 async def test_versions_side_by_side_each_resume_their_own_runs(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         for n, wf in enumerate((order_v0, order_v1, order_v2)):
             with pytest.raises(RuntimeError, match="failed once"):
                 await engine.run(wf, n, run_id=f"o{n}")
     # A new engine, as a new process after a deploy that keeps every version.
-    async with tether.open_engine(reopen_store(store)) as engine:
+    async with tether.open_engine(reopen_store(tether_store)) as engine:
         assert await engine.resume("o0") == 0
         assert await engine.resume("o1") == 11
         assert await engine.resume("o2") == "v2: 20"
@@ -147,9 +147,9 @@ async def test_versions_side_by_side_each_resume_their_own_runs(
 
 
 async def test_a_run_of_a_version_not_registered_here_is_not_resumed(
-    store: Store, autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+    tether_store: Store, autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(RuntimeError, match="failed once"):
             await engine.run(order_v1, 4, run_id="old")
         await engine.submit(quick_v1, 5, run_id="done")
@@ -157,7 +157,7 @@ async def test_a_run_of_a_version_not_registered_here_is_not_resumed(
     # A deploy that dropped version 1: only the unversioned code and version 2 remain.
     monkeypatch.delitem(registry[NAME], "1")
     monkeypatch.delitem(registry["tests.versions.quick"], "1")
-    async with tether.open_engine(reopen_store(store)) as engine:
+    async with tether.open_engine(reopen_store(tether_store)) as engine:
         with pytest.raises(tether.WorkflowNotFoundError) as missing:
             await engine.resume("old")
         message = str(missing.value)
@@ -177,9 +177,9 @@ async def test_a_run_of_a_version_not_registered_here_is_not_resumed(
 
 
 async def test_run_or_submit_of_an_id_under_another_version_is_a_conflict(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         assert await engine.run(quick_v1, 1, run_id="r") == 1
         await engine.submit(quick_v1, 2, run_id="s")
         with pytest.raises(tether.RunConflictError, match=r"'r'.*version '1'.*not version '2'"):
@@ -199,9 +199,9 @@ async def _stranded(engine: tether.Engine, **filters: Any) -> list[str]:
 
 
 async def test_a_worker_serving_version_2_leaves_version_1_runs_stranded(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(quick_v1, 1, run_id="one")
         await engine.submit(quick_v2, 2, run_id="two")
         # No worker alive at all: every waiting run is stranded.
@@ -234,12 +234,12 @@ async def test_a_worker_serving_version_2_leaves_version_1_runs_stranded(
 
 
 async def test_an_interrupted_run_no_worker_serves_is_stranded_a_live_one_is_not(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(quick_v1, 1, run_id="held")
         await engine.submit(quick_v1, 2, run_id="dropped")
-        claimer = cast(WorkerStore, store)
+        claimer = cast(WorkerStore, tether_store)
         ghost = "ghost-host:1:w"  # another machine's worker: never taken for gone
         for run_id in ("held", "dropped"):
             claimed = await claimer.claim_next(
@@ -249,7 +249,7 @@ async def test_an_interrupted_run_no_worker_serves_is_stranded_a_live_one_is_not
         assert await _stranded(engine) == []  # both executing, as far as anyone can tell
         # "dropped" released by its worker (a caller cancellation, a drain): waiting again.
         assert claimed is not None
-        await store.update_run(attrs.evolve(claimed, owner=None))
+        await tether_store.update_run(attrs.evolve(claimed, owner=None))
         assert await _stranded(engine) == ["dropped"]
         assert await _stranded(engine, limit=0) == []
         assert await _stranded(engine, after="dropped") == []

@@ -90,9 +90,9 @@ def _fresh() -> None:
 
 
 async def test_submit_queues_and_is_idempotent(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         run_id = await engine.submit(summing, 3, run_id="s-1")
         assert run_id == "s-1"
         info = await engine.get_run("s-1")
@@ -108,9 +108,9 @@ async def test_submit_queues_and_is_idempotent(
 
 
 async def test_a_worker_executes_submitted_runs_and_wait_returns_them(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         ids = [await engine.submit(summing, n, run_id=f"w-{n}") for n in range(5)]
         async with tether.open_worker(engine, concurrency=2) as worker:
             results = [await engine.wait(run_id, timeout=30) for run_id in ids]
@@ -126,8 +126,8 @@ async def test_a_worker_executes_submitted_runs_and_wait_returns_them(
             assert [e.key for e in info.entries] == ["double#0", "double#1"]
 
 
-async def test_wait_reports_every_outcome(store: Store, autojump_clock: trio.abc.Clock) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_wait_reports_every_outcome(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+    async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.RunNotFoundError, match="nope"):
             await engine.wait("nope")
         await engine.submit(failing, 7, run_id="f")
@@ -149,9 +149,9 @@ async def test_wait_reports_every_outcome(store: Store, autojump_clock: trio.abc
 
 
 async def test_concurrency_bounds_the_runs_held(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         for i in range(5):
             await engine.submit(gated, f"g{i}", run_id=f"g{i}")
         async with tether.open_worker(engine, concurrency=2) as worker:
@@ -167,10 +167,10 @@ async def test_concurrency_bounds_the_runs_held(
 
 
 async def test_leaving_the_block_releases_runs_for_another_worker(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    other = _another(store)
-    async with tether.open_engine(store) as first, tether.open_engine(other) as second:
+    other = _another(tether_store)
+    async with tether.open_engine(tether_store) as first, tether.open_engine(other) as second:
         await first.submit(gated, "held", run_id="held")
         async with tether.open_worker(first):
             await entered.setdefault("held", trio.Event()).wait()
@@ -189,9 +189,9 @@ async def test_leaving_the_block_releases_runs_for_another_worker(
 
 
 async def test_a_drain_grace_lets_held_runs_finish(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(gated, "graceful", run_id="graceful")
         async with tether.open_worker(engine, grace=10):
             await entered.setdefault("graceful", trio.Event()).wait()
@@ -201,7 +201,7 @@ async def test_a_drain_grace_lets_held_runs_finish(
 
 
 async def test_runs_of_unknown_workflows_stay_queued(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     now = tether.stores.utcnow()
     record = tether.stores.RunRecord(
@@ -212,8 +212,8 @@ async def test_runs_of_unknown_workflows_stay_queued(
         created_at=now,
         updated_at=now,
     )
-    async with tether.open_engine(store) as engine:
-        await store.create_run(record)
+    async with tether.open_engine(tether_store) as engine:
+        await tether_store.create_run(record)
         await engine.submit(summing, 1, run_id="mine")
         async with tether.open_worker(engine):
             assert await engine.wait("mine", timeout=30) == 6
@@ -223,18 +223,18 @@ async def test_runs_of_unknown_workflows_stay_queued(
 
 
 async def test_a_run_that_keeps_losing_its_worker_is_dead_lettered(
-    store: Store, caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
+    tether_store: Store, caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
 ) -> None:
     caplog.set_level(logging.INFO, "tether")
-    async with tether.open_engine(store, lease_ttl=1.0) as engine:
+    async with tether.open_engine(tether_store, lease_ttl=1.0) as engine:
         await engine.submit(summing, 2, run_id="poison")
         # Two workers that vanished mid-run (no release): each claim counts.
         for n in range(2):
-            claimed: Any = await cast(WorkerStore, store).claim_next(
+            claimed: Any = await cast(WorkerStore, tether_store).claim_next(
                 f"ghost-{n}:1:x", ttl=1.0, workflows=["tests.worker.sum"], max_dispatches=2
             )
             assert claimed is not None and claimed.dispatches == n + 1
-            await store.renew(f"ghost-{n}:1:x", ttl=0, held={})  # its lease ends
+            await tether_store.renew(f"ghost-{n}:1:x", ttl=0, held={})  # its lease ends
         await engine.submit(summing, 3, run_id="fine")
         async with tether.open_worker(engine, max_dispatches=2):
             assert await engine.wait("fine", timeout=30) == 14
@@ -249,9 +249,9 @@ async def test_a_run_that_keeps_losing_its_worker_is_dead_lettered(
 
 
 async def test_a_drain_gives_its_dispatch_back(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(gated, "drained", run_id="drained")
         for _ in range(3):
             entered.pop("drained", None)
@@ -262,8 +262,8 @@ async def test_a_drain_gives_its_dispatch_back(
         assert started["drained"] == 3, "each drained claim counted as a vanished worker"
 
 
-async def test_run_and_cancel_of_a_queued_run(store: Store, autojump_clock: trio.abc.Clock) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_run_and_cancel_of_a_queued_run(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(summing, 5, run_id="here")
         assert await engine.run(summing, 5, run_id="here") == 22
         await engine.submit(summing, 6, run_id="never")
@@ -275,8 +275,8 @@ async def test_run_and_cancel_of_a_queued_run(store: Store, autojump_clock: trio
                 await engine.wait("never", timeout=30)
 
 
-async def test_list_runs_filters_and_pages(store: Store, autojump_clock: trio.abc.Clock) -> None:
-    async with tether.open_engine(store) as engine:
+async def test_list_runs_filters_and_pages(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+    async with tether.open_engine(tether_store) as engine:
         for i in range(5):
             await engine.submit(summing if i % 2 else failing, i, run_id=f"l{i}")
         assert [r.run_id for r in await engine.list_runs(workflow="tests.worker.sum")] == [
@@ -314,13 +314,13 @@ async def test_open_worker_refuses_bad_arguments_and_stores_without_claim_next()
 
 
 async def test_a_run_of_an_owner_gone_from_this_machine_is_taken_over_at_once(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     # An owner of this process whose engine is closed: gone, as a dead pid would be.
     ghost = f"{socket.gethostname()}:{os.getpid()}:1-ghost"
-    async with tether.open_engine(store) as engine:
+    async with tether.open_engine(tether_store) as engine:
         await engine.submit(summing, 4, run_id="orphan")
-        claimed = await cast(WorkerStore, store).claim_next(
+        claimed = await cast(WorkerStore, tether_store).claim_next(
             ghost, ttl=600.0, workflows=["tests.worker.sum"], max_dispatches=5
         )
         assert claimed is not None and claimed.owner == ghost
@@ -330,7 +330,7 @@ async def test_a_run_of_an_owner_gone_from_this_machine_is_taken_over_at_once(
 
 
 async def test_a_run_whose_arguments_do_not_decode_fails_instead_of_looping(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     now = tether.stores.utcnow()
     bad = tether.stores.RunRecord(
@@ -341,8 +341,8 @@ async def test_a_run_whose_arguments_do_not_decode_fails_instead_of_looping(
         created_at=now,
         updated_at=now,
     )
-    async with tether.open_engine(store) as engine:
-        await store.create_run(bad)
+    async with tether.open_engine(tether_store) as engine:
+        await tether_store.create_run(bad)
         async with tether.open_worker(engine) as worker:
             with pytest.raises(tether.RunFailedError) as failed:
                 await engine.wait("bad-args", timeout=30)
@@ -392,7 +392,7 @@ def test_the_command_line_shows_queued_and_dead_letter_runs(tmp_path: Path) -> N
 
 
 async def test_workflows_limits_what_a_worker_claims_and_runs_those_objects(
-    store: Store, autojump_clock: trio.abc.Clock
+    tether_store: Store, autojump_clock: trio.abc.Clock
 ) -> None:
     async def impostor_body(n: int) -> int:
         return -1
@@ -401,10 +401,10 @@ async def test_workflows_limits_what_a_worker_claims_and_runs_those_objects(
     # registry now finds it; a worker given the real one runs that.
     impostor = tether.workflow(name="tests.worker.sum")(impostor_body)
     try:
-        async with tether.open_engine(store) as submitter:
+        async with tether.open_engine(tether_store) as submitter:
             await submitter.submit(summing, 1, run_id="named")
             await submitter.submit(failing, 1, run_id="other")
-        async with tether.open_engine(_another(store)) as engine:
+        async with tether.open_engine(_another(tether_store)) as engine:
             async with tether.open_worker(engine, workflows=[summing]) as worker:
                 assert await engine.wait("named", timeout=30) == 6
                 await trio.sleep(3)

@@ -1,4 +1,6 @@
-"""The exception hierarchy.
+"""The exception hierarchy, and the records its errors carry (:class:`ErrorInfo`,
+:class:`Request`).
+Layer: values, the bottom layer; it imports nothing of tether's.
 
 Every failure tether reports is a :class:`TetherError`. Messages name the run,
 the step key and, for files, the path, and say what to do next.

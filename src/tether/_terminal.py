@@ -1,7 +1,7 @@
 """How text reaches a person's terminal: one-line abbreviations and left-aligned tables.
+Layer: values, beside :mod:`._errors`; it imports nothing of tether's.
 
-Layer: a leaf of the bottom layer, beside :mod:`._errors`; it imports nothing
-of tether's. The command line and the bench report both print through it.
+The command line and the bench report both print through it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """Human input: ``tether.ask()``, and how a run answers it or settles on it.
+Layer: the API of workflow code (``_api``).
 
 A request's key is fixed when ``ask`` is called, like a step's. A response
 journaled by an earlier resume is replayed (its payload must match the
-journal); one given to this resume is decoded, then journaled with the
-others given with it, in one append; with neither, the asking task waits
-in a :class:`~._run.Wait` that only the run's settlement (or the caller)
-ends: when every live task waits so, the run pauses (see
-:meth:`RunState._check_settled <._run.RunState._check_settled>`).
-Separate from :mod:`._run`, which holds the state this reads and writes
-(``provided``, ``accepted``, ``asking``) and the settlement itself.
+journal); one given to this resume is decoded, then journaled with the others
+given with it, in one append; with neither, the asking task waits in a
+:class:`~tether._core._run.Wait` that only the run's settlement (or the
+caller) ends: when every live task waits so, the run pauses (see
+:meth:`RunState._check_settled <tether._core._run.RunState._check_settled>`).
+Separate from :mod:`tether._core._run`, which holds the state this reads and
+writes (``provided``, ``accepted``, ``asking``) and the settlement itself.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """``tether.child()``: a workflow that another starts as a run of its own.
+Layer: the API of workflow code (``_api``).
 
 A child run has its own journal, lease and status, like any run. The call
 that starts it takes a key and a position in its parent like a step
-(``child#n``; see :mod:`._replay`), and journals an entry of kind ``child``
+(``child#n``; see :mod:`tether._core._replay`), and journals an entry of kind ``child``
 there (the child's run id, workflow and version) *before* the child run is
 created. The child's id is ``<parent id>:<key>`` (:func:`child_run_id`), or
 the ``run_id=`` given: so a parent that crashed, even before its entry was

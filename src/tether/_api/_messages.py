@@ -1,9 +1,9 @@
 """The messages a workflow declares: ``@tether.workflow(messages={"approve": bool})``.
+Layer: the API of workflow code (``_api``).
 
-Layer: what workflow code calls. A workflow declares the messages it takes,
-by name and type, checked when it is defined; ``engine.send`` checks each
-message against the declaration before storing it, and ``tether.receive``
-takes it (see :mod:`._receive`).
+A workflow declares the messages it takes, by name and type, checked when it
+is defined; ``engine.send`` checks each message against the declaration before
+storing it, and ``tether.receive`` takes it (see :mod:`._receive`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """``tether.patched()`` and ``tether.deprecate_patch()``: changing a workflow with runs in flight.
+Layer: the API of workflow code (``_api``).
 
 A change to a workflow's calls (a step added, removed, moved, or called
 with other arguments) diverges from the journal of every run started
-before it (see :mod:`._replay`). ``if tether.patched("change-id"): <new
+before it (see :mod:`tether._core._replay`). ``if tether.patched("change-id"): <new
 code> else: <old code>`` lets both kinds of run go on: a run that executes
 the call for the first time takes the new path, and journals a *marker*
 (an entry of kind ``marker``, keyed ``<parent>/patched(change-id)``) at the
@@ -25,7 +26,7 @@ with the same change id return the same answer and take no position.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from .._core._frame import current_frame
 from .._core._replay import REPLAYED
@@ -35,18 +36,6 @@ from ..stores._records import EntryKind, EntryStatus, RunStatus, utcnow
 from ..stores._store import Store
 
 __all__ = ("deprecate_patch", "on_old_path", "patched")
-
-#: Runs that may still execute, and so still take one path or the other.
-_UNFINISHED: Final = frozenset(
-    {
-        RunStatus.QUEUED,
-        RunStatus.RUNNING,
-        RunStatus.PAUSED,
-        RunStatus.FAILED,
-        RunStatus.DEAD_LETTER,
-        RunStatus.WAITING,
-    }
-)
 
 
 def _marker_key(change_id: object, api: str) -> str:
@@ -163,7 +152,7 @@ async def on_old_path(store: Store, runs: Iterable[L], change_id: str) -> list[L
     name = _marker_key(change_id, "--patch")
     found: list[L] = []
     for run in runs:
-        if run.status not in _UNFINISHED:
+        if not run.status.may_execute:  # it takes one path or the other no more
             continue
         with StoreErrors(f"loading the journal of run {run.run_id!r}"):
             entries = await store.load_entries(run.run_id)

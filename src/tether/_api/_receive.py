@@ -1,26 +1,27 @@
 """``tether.receive``: a run takes the messages sent to it, each exactly once.
+Layer: the API of workflow code (``_api``).
 
 A receive is a call like a step: it takes its key (``receive.approve#n``,
 counted per name) and position when it is called. The first execution that
-reaches it takes the lowest-seq message of its name that no journaled
-receive and no other receive of this execution has taken, and journals it
-(an entry of kind ``message``: ``{"name": "approve", "seq": 3, "value":
-...}``) before returning it. So each message goes to exactly one receiving
-call, in send order per name, through any crash: a crash before the save
-leaves the message untaken, and the next execution takes it again. A replay
-returns the journaled message, decoded by the call's type. The messages read
-from the mailbox, and the seqs taken, are kept in the execution's
-:class:`~._run.RunState`.
+reaches it takes the lowest-seq message of its name that no journaled receive
+and no other receive of this execution has taken, and journals it (an entry of
+kind ``message``: ``{"name": "approve", "seq": 3, "value": ...}``) before
+returning it. So each message goes to exactly one receiving call, in send
+order per name, through any crash: a crash before the save leaves the message
+untaken, and the next execution takes it again. A replay returns the journaled
+message, decoded by the call's type. The messages read from the mailbox, and
+the seqs taken, are kept in the execution's
+:class:`~tether._core._run.RunState`.
 
 With no message yet, the task waits: it reads the mailbox again on every
 change the engine learns of (a send from this process at once; others where
 the store announces changes), and polls it otherwise. The wait never keeps a
 run from settling (see :meth:`RunState._check_settled
-<._run.RunState._check_settled>`): with an ``ask`` pending the run pauses,
-and under a worker it parks, stored ``waiting`` with no ``wake_at`` (or its
-earliest timer's), until a send makes it due. A send that lands between the
-execution's last read of the mailbox and its park write is caught by
-:func:`wake_if_sent`.
+<tether._core._run.RunState._check_settled>`): with an ``ask`` pending the run
+pauses, and under a worker it parks, stored ``waiting`` with no ``wake_at``
+(or its earliest timer's), until a send makes it due. A send that lands
+between the execution's last read of the mailbox and its park write is caught
+by :func:`wake_if_sent`.
 """
 
 from __future__ import annotations
@@ -151,11 +152,14 @@ def _check_call(run: RunState, name: object, tp: Any) -> str:
 
 
 @overload
-async def receive(name: str, tp: type[T], *, key: str | None = None) -> T: ...
+async def receive(name: str, response_type: type[T], *, key: str | None = None) -> T: ...
 @overload
-async def receive(name: str, tp: Any, *, key: str | None = None) -> Any: ...
-async def receive(name: str, tp: Any, *, key: str | None = None) -> Any:
-    """Wait for the next message called *name* sent to this run; return it, decoded as *tp*.
+async def receive(name: str, response_type: Any, *, key: str | None = None) -> Any: ...
+async def receive(name: str, response_type: Any, *, key: str | None = None) -> Any:
+    """Wait for the next message called *name* sent to this run; return it, decoded.
+
+    The message is decoded strictly into *response_type*, as ``tether.ask``
+    decodes its response.
 
     Use inside a workflow or a ``parallel()`` branch. The workflow must
     declare the message with exactly this type
@@ -178,36 +182,36 @@ async def receive(name: str, tp: Any, *, key: str | None = None) -> Any:
     framework-owned, and the run goes on from its journal.
 
     Raises:
-        UsageError: *name* is not declared with exactly type *tp*, or the
-            run's store keeps no messages.
+        UsageError: *name* is not declared with exactly type
+            *response_type*, or the run's store keeps no messages.
         NotInRunError: outside a run, or in a task tether does not track.
         NonDeterminismError: the journal holds another call at this place,
-            or a message that no longer decodes as *tp*.
-        MessageRejectedError: the message taken does not decode as *tp* (it
-            was stored around ``engine.send``, or the type changed since it
-            was sent); nothing was journaled.
+            or a message that no longer decodes as *response_type*.
+        MessageRejectedError: the message taken does not decode as
+            *response_type* (it was stored around ``engine.send``, or the
+            type changed since it was sent); nothing was journaled.
         StoreError: the mailbox could not be read, or the message journaled.
     """
     if key is not None:
         check_key(key)
     frame = current_frame("tether.receive()")
     run = frame.run
-    name = _check_call(run, name, tp)
+    name = _check_call(run, name, response_type)
     key, position = frame.next_call(f"receive.{name}", key)
     entry = await run.reach("receive", key, position)
     if entry is not None:
         await trio.lowlevel.cancel_shielded_checkpoint()
-        return _replayed(run, entry, name, tp, key, position)
+        return _replayed(run, entry, name, response_type, key, position)
     message = await _take(run, name)
     what = f"message {name!r} (seq {message.seq}) of run {run.run_id!r}"
     try:
         primitive = loads(message.value)
-        value = codec.structure(primitive, tp, what=what)
+        value = codec.structure(primitive, response_type, what=what)
     except (ValueError, CodecError) as exc:
         raise MessageRejectedError(
-            f"receive {key}: {what} does not decode as {describe(tp)}: {exc}. It was stored "
-            "around engine.send, or the declared type changed since it was sent; nothing was "
-            "journaled"
+            f"receive {key}: {what} does not decode as {describe(response_type)}: {exc}. It "
+            "was stored around engine.send, or the declared type changed since it was sent; "
+            "nothing was journaled"
         ) from exc
     text = dumps({"seq": message.seq, "name": name, "value": primitive})
     # Durable before visible: a crash before this save leaves the message for the next execution.

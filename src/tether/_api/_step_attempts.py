@@ -1,4 +1,5 @@
 """A step's attempts: its ``retries``, or its ``retry`` policy with a durable backoff.
+Layer: the API of workflow code (``_api``).
 
 What :func:`~._steps.execute_step` runs in place of the step function when
 the step may be tried more than once (or has a ``timeout``): each attempt
@@ -6,6 +7,12 @@ in a frame of its own, so its nested steps key under the step and a retry
 replays those an earlier attempt stored. Separate from the step call itself
 because only steps with these options take this path, and a policy's
 failed attempts are journaled here (:func:`._retry.journal_failure`).
+
+Whole because :func:`attempts` is one loop whose state carries from attempt to
+attempt (the attempt number, its frame, its failure, when the next one is due,
+what its nested steps reached): resuming mid-backoff, running an attempt,
+journaling its failure and waiting for the next are one state machine, read
+best in one place.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What executing a step needs of its definition: the :class:`StepDef` protocol.
+Layer: the API of workflow code (``_api``), its lowest module.
 
-Layer: what workflow code calls (``_api``), its lowest module. A step is
-defined by :class:`~._workflow.Step` and executed by :mod:`._steps` and
-:mod:`._step_attempts`; they read the definition through this protocol, so
+A step is defined by :class:`~._workflow.Step` and executed by :mod:`._steps`
+and :mod:`._step_attempts`; they read the definition through this protocol, so
 that the definition imports its executor and never the other way round.
 """
 

@@ -1,4 +1,5 @@
 """Streaming steps: ``open_stream`` and the producer task behind it.
+Layer: the API of workflow code (``_api``).
 
 A stream follows ``trio.as_safe_channel``: the generator runs in a producer
 task, in a nursery the ``async with`` block owns, and items are handed over
@@ -20,9 +21,9 @@ an error that was already stopping the stream (that one propagates, the
 superseded one is logged).
 
 The producer task and its state are the stream's base,
-:class:`~tether._stream_producer.Producer`; this module holds the consumer's
-side: the block, the items and the close. ``cleanup_scope`` is in
-``_cleanup_scope``.
+:class:`~tether._api._stream_producer.Producer`; this module holds the
+consumer's side: the block, the items and the close. ``cleanup_scope`` is in
+:mod:`tether._core._cleanup_scope`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The producer side of a streaming step: the task that runs the generator.
+Layer: the API of workflow code (``_api``).
 
-:class:`Producer` is the base of :class:`~tether._stream.Stream`: its state,
-the producer task (which computes an item only when the consumer asks for
-one, snapshots it and hands it over), and the journaling of an exhausted
+:class:`Producer` is the base of :class:`~tether._api._stream.Stream`: its
+state, the producer task (which computes an item only when the consumer asks
+for one, snapshots it and hands it over), and the journaling of an exhausted
 stream as ``completed`` before the consumer sees the end. The consumer's side,
 the ``async with`` block and closing, are the stream's own.
 """

@@ -1,4 +1,5 @@
 """Durable timers: ``tether.sleep`` and ``tether.sleep_until``.
+Layer: the API of workflow code (``_api``).
 
 A timer is a call like a step: it takes its key (``path/sleep#n``) and
 position when it is called, and the first execution that reaches it
@@ -11,13 +12,13 @@ once, as a checkpoint). A timer inserted, removed or moved before a run's
 journaled calls is a divergence, exactly as for a step.
 
 Executing, the wait is a plain ``trio.sleep`` of what remains
-(:meth:`RunState.sleep_until <._run.RunState.sleep_until>`), cancelled like
-one. It does not keep the run busy: with ``tether.ask`` pending too, the run
-pauses only once no timer is left to wake a task; under a worker
-(``open_worker(park_after=...)``), a run whose every task waits and whose
-next timer is due more than ``park_after`` seconds from now *parks*: it is
-stored ``waiting`` with that moment as ``wake_at``, its lease released in
-the same write, and any worker claims it once it is due.
+(:meth:`RunState.sleep_until <tether._core._run.RunState.sleep_until>`),
+cancelled like one. It does not keep the run busy: with ``tether.ask`` pending
+too, the run pauses only once no timer is left to wake a task; under a worker
+(``open_worker(park_after=...)``), a run whose every task waits and whose next
+timer is due more than ``park_after`` seconds from now *parks*: it is stored
+``waiting`` with that moment as ``wake_at``, its lease released in the same
+write, and any worker claims it once it is due.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Workflow and step definitions, and the registry of workflow names."""
+"""Workflow and step definitions (``@tether.workflow``, ``@tether.step``,
+``@tether.stream_step``), and the registry of workflow names.
+Layer: the API of workflow code (``_api``).
+"""
 
 from __future__ import annotations
 

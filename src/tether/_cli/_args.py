@@ -1,4 +1,5 @@
 """What the command line is given: modules, ``MODULE:WORKFLOW``, arguments, answers.
+Layer: the command line (``_cli``).
 
 Everything here is checked before anything executes or any store is opened;
 what is wrong is a usage error (:class:`BadUsage`, exit status 2), naming

@@ -1,4 +1,5 @@
 """``tether run`` and ``tether resume``: execute a workflow with live progress.
+Layer: the command line (``_cli``).
 
 Both print one line per event of the run as it happens (built on
 ``engine.open_run``/``engine.open_resume`` and ``describe_event``), then its
@@ -10,7 +11,7 @@ Every line that leaves a run resumable says the command that resumes it,
 with the ``--import`` and ``--store`` it needs, so it works copied as is.
 A run that was refused before it executed is never shown as ``started``.
 
-The command line is checked first (``_cli_args``: the workflow, its
+The command line is checked first (:mod:`._args`: the workflow, its
 arguments, the answers); ``resume`` never creates a store.
 """
 

@@ -1,4 +1,5 @@
 """The command line's exit statuses, and how its help lists them.
+Layer: the command line (``_cli``).
 
 One table for every command, so ``--help``, the messages and the docs say
 the same: each command's help lists the statuses it can exit with.
@@ -29,7 +30,7 @@ EXIT_FAILED: Final = 1
 #: A usage error: the command line is wrong (fix it and try again); nothing
 #: was executed or changed.
 EXIT_USAGE: Final = 2
-#: ``run``/``resume``: the run paused, waiting for answers (``tether resume --respond``).
+#: ``run``/``resume``: the run paused, waiting for responses (``tether resume --respond``).
 EXIT_PAUSED: Final = 3
 #: ``run``/``resume``: ``--timeout`` expired; the run is interrupted, not failed,
 #: and resumable.
@@ -43,7 +44,7 @@ _MEANINGS: Final = {
     "or the run cannot be executed, cancelled or sent a message now (another owner holds it, "
     "it is cancelled, it has finished)",
     EXIT_USAGE: "usage error: the command line is wrong; nothing was executed or changed",
-    EXIT_PAUSED: "the run paused, waiting for answers (answer with `tether resume --respond`)",
+    EXIT_PAUSED: "the run paused, waiting for responses (respond with `tether resume --respond`)",
     EXIT_TIMED_OUT: "--timeout expired: the run is interrupted, not failed; resume it",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C: a run is left interrupted; resume it",
 }
@@ -53,8 +54,8 @@ class BadUsage(Exception):
     """The command line is wrong: ``main`` reports it as a usage error (exit status 2).
 
     Raised before anything was executed or changed (the workflow named, its
-    arguments, the answers, the options' values), or by a resume that
-    journaled nothing (an answer that does not decode, an unknown key).
+    arguments, the responses, the options' values), or by a resume that
+    journaled nothing (a response that does not decode, an unknown key).
     """
 
 

@@ -1,11 +1,12 @@
 """How the command line prints runs: a run's state in words, ``runs list``, JSON.
+Layer: the command line (``_cli``).
 
 Everything here writes text (or JSON) to a stream it is given, and reads
-nothing from a store: the commands (``_cli_runs``, ``_cli_exec``) fetch, this
+nothing from a store: the commands (:mod:`._runs`, :mod:`._exec`) fetch, this
 module shows. Values are shown as JSON everywhere (``runs show``, ``run``'s
-result, ``--json``), by one function, ``_cli_text.json_value``. One run in
-full (``runs show``) is ``_cli_show``, built on the words for a run's state
-here; times, tables and values, which know nothing of runs, are ``_cli_text``.
+result, ``--json``), by one function, :func:`._text.json_value`. One run in
+full (``runs show``) is :mod:`._show`, built on the words for a run's state
+here; times, tables and values, which know nothing of runs, are :mod:`._text`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """The ``tether`` command line: the parser, and :func:`main`, which dispatches.
+Layer: the command line (``_cli``).
 
 ``tether demo`` tells the checkout story on SQLite. ``tether runs list`` /
 ``show`` / ``cancel`` / ``prune`` read a store, cancel a run or delete
-finished runs (``_cli_runs``; they never create a store). ``tether run
+finished runs (:mod:`._runs`; they never create a store). ``tether run
 MODULE:WORKFLOW`` and ``tether resume RUN_ID`` execute with a live progress
-display (``_cli_exec``); ``tether submit`` and ``tether worker`` use the queue
-(``_cli_worker``); ``tether schedules list`` shows the schedules of the
-imported modules (``_cli_schedules``); ``tether send`` sends a run a message
-(``_cli_send``); ``tether bench`` benchmarks a workflow and a store
-(``_cli_bench``). How runs are printed is ``_cli_format`` (one run in full,
-``runs show``: ``_cli_show``; times, tables and values: ``_cli_text``); the
-exit statuses are ``_cli_exits``, listed by each command's ``--help``.
+display (:mod:`._exec`); ``tether submit`` and ``tether worker`` use the queue
+(:mod:`._worker`); ``tether schedules list`` shows the schedules of the
+imported modules (:mod:`._schedules`); ``tether send`` sends a run a message
+(:mod:`._send`); ``tether bench`` benchmarks a workflow and a store
+(:mod:`._bench`). How runs are printed is :mod:`._format` (one run in full,
+``runs show``: :mod:`._show`; times, tables and values: :mod:`._text`); the
+exit statuses are :mod:`._exits`, listed by each command's ``--help``.
 
 Each subcommand is added by one ``_add_*`` function, through :func:`_command`,
 which gives its help the stores and exit statuses that apply to it.
@@ -263,7 +264,7 @@ def _add_execute(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse
         description="Run MODULE:WORKFLOW with ARGS, printing its steps as they happen, then "
         "its result as JSON. Each ARG is decoded into its parameter's annotated type: as "
         'JSON when it parses as JSON and fits (42, true, {"a": 1}), else as plain text. '
-        "A paused run prints the command that answers it; a run stopped by --timeout or "
+        "A paused run prints the command that responds to it; a run stopped by --timeout or "
         "Ctrl-C prints the command that resumes it.",
     )
     run.add_argument("workflow", metavar="MODULE:WORKFLOW")
@@ -275,9 +276,9 @@ def _add_execute(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse
         creates=False,
         exits=_EXECUTES,
         parents=[options],
-        help="resume a run (with answers to its requests), showing its progress live",
+        help="resume a run (with responses to its requests), showing its progress live",
         description="Resume RUN_ID from its journal, printing its steps as they happen; "
-        "--respond answers a pending request (once per key). --import names the module "
+        "--respond responds to a pending request (once per key). --import names the module "
         "that defines the run's workflow.",
     )
     resume.add_argument("run_id", metavar="RUN_ID")
@@ -286,8 +287,8 @@ def _add_execute(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="answer the request KEY with VALUE (JSON, or else a plain string; repeatable, "
-        "once per KEY)",
+        help="respond to the request KEY with VALUE (JSON, or else a plain string; "
+        "repeatable, once per KEY)",
     )
     return {"run": run, "resume": resume}
 
@@ -328,7 +329,14 @@ def _add_queue(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.A
         metavar="N",
         help="a run whose worker died N times is set aside as dead_letter (default 5)",
     )
-    worker.add_argument("--grace", type=float, default=10.0, metavar="SECONDS")
+    worker.add_argument(
+        "--grace",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT, seconds the held runs get to finish before they are "
+        "cancelled and released (default 0, as tether.open_worker: at once)",
+    )
     worker.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
     worker.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS")
     worker.add_argument(

@@ -1,4 +1,5 @@
 """``tether runs list``, ``show``, ``cancel`` and ``prune``: read a store, cancel or delete.
+Layer: the command line (``_cli``).
 
 The ``runs`` commands never create a store (``StoreSpec.open_existing``), and
 they work without the workflows' code (a result is then shown as the JSON it
@@ -26,6 +27,7 @@ from .._engine._engine import open_engine
 from .._errors import RunConflictError, TetherError, UsageError
 from .._ui._timeline import timeline_svg
 from ..stores import DeletableStore, RunRecord, RunStatus, Store, mailbox_of
+from ..stores._capabilities import Capability, has
 from ._exits import EXIT_FAILED, EXIT_OK, BadUsage
 from ._format import print_records, print_run_list, run_json
 from ._show import print_run
@@ -155,7 +157,7 @@ async def _prune(
     statuses = [RunStatus(s) for text in args.status for s in text]
     age: timedelta = args.older_than
     shown = f"{', '.join(s.value for s in statuses)}, last updated more than {_age(age)} ago"
-    if not callable(getattr(store, "delete_run", None)):
+    if not has(store, Capability.DELETE):
         print(f"tether: {spec} cannot delete runs (its store has no delete_run)", file=err)
         return EXIT_FAILED
     deleting = cast(DeletableStore, store)

@@ -1,11 +1,12 @@
 """``tether schedules list``: the schedules of the imported modules, and their last runs.
+Layer: the command line (``_cli``).
 
 ``tether schedules list --import MODULE`` imports the modules and takes the
 schedules they define at their top level (each ``tether.schedule()``
 object among a module's attributes, in the order they were defined; one
 imported under two names counts once). For each one it prints the next
 tick and the most recent tick that has a run in the store, with that run's
-status (probing at most :data:`~._schedule.LOOKBACK` ticks back, as a
+status (probing at most :data:`~tether._worker._schedule.LOOKBACK` ticks back, as a
 worker does). ``tether worker`` serves the same schedules
 (:func:`module_schedules`), unless ``--no-schedules``.
 """

@@ -1,10 +1,17 @@
 """``runs show``: one run in full, its state, pending requests, messages and journal.
+Layer: the command line (``_cli``).
 
 The longest of the run printers, and the only one that shows a journal entry's
 outcome in words (a retry's next attempt, a timer's due time, the message a
-receive took). Built on ``_cli_format``'s words for a run's state and on
-``_cli_text``'s times and tables; like them it writes to a stream it is given
+receive took). Built on :mod:`._format`'s words for a run's state and on
+:mod:`._text`'s times and tables; like them it writes to a stream it is given
 and reads nothing from a store.
+
+Whole because :func:`print_run` is the ``runs show`` page printed top to
+bottom, in the order it is read (the run's state in words, its requests,
+messages, failed attempts, journal); its sections share the stream and the
+width values are cut to, and each is a few lines (the messages and an entry's
+outcome in words are helpers already).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The command line's words for things that are not runs: times, tables, commands, values.
+Layer: the command line (``_cli``).
 
 Times in UTC and durations, one-line abbreviations cut to the terminal, left-aligned
 tables, command lines to type (quoted for a shell), errors as the command line tells
 them, and values as JSON, by one function, :func:`json_value`. Apart from the run
-printers (``_cli_format``, ``_cli_show``) because the other commands and the bench
+printers (:mod:`._format`, :mod:`._show`) because the other commands and the bench
 report use them too, and they need no engine: nothing here takes a run.
 """
 

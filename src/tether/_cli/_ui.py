@@ -1,10 +1,11 @@
 """``tether ui``: the dashboard, served until Ctrl-C (needs ``tether[ui]``).
+Layer: the command line (``_cli``).
 
-``tether ui --store URL`` serves the dashboard (:mod:`._dashboard`) on
-127.0.0.1:8700 and prints its URL and the token that write actions (answers,
+``tether ui --store URL`` serves the dashboard (:mod:`tether._ui._app`) on
+127.0.0.1:8700 and prints its URL and the token that write actions (responses,
 cancels) need; ``--read-only`` offers none. The store must exist: the
 dashboard never creates one. ``--import MODULE`` loads workflow code, which
-answering a request needs (the resume executes the run in this process).
+responding to a request needs (the resume executes the run in this process).
 SIGINT or SIGTERM stops it: requests in flight get 2 s, resumes still going
 are cancelled as a caller cancellation (their runs stay resumable).
 """
@@ -33,11 +34,11 @@ INSTALL_HINT = "tether ui needs the dashboard's dependencies: pip install 'tethe
 
 
 #: ``tether ui``'s one-line help and its description.
-HELP = "serve the web dashboard: runs, timelines, answers to requests, cancels"
+HELP = "serve the web dashboard: runs, timelines, responses to requests, cancels"
 DESCRIPTION = (
     "Serve the dashboard of a store until Ctrl-C: the runs, each run's journal and timeline, "
-    "and forms that answer pending requests. Answers and cancels are POSTs that need the "
-    "token printed at start (or --token); --read-only offers none. Answering needs the "
+    "and forms that respond to pending requests. Responses and cancels are POSTs that need "
+    "the token printed at start (or --token); --read-only offers none. Responding needs the "
     "workflow's code (--import). The store must exist. Needs tether[ui]."
 )
 
@@ -48,7 +49,7 @@ def add_ui_arguments(ui: argparse.ArgumentParser) -> None:
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=8700, help="port to listen on (default 8700)")
     ui.add_argument("--token", help="the token write actions need (default: a random one)")
-    ui.add_argument("--read-only", action="store_true", help="offer no answers and no cancels")
+    ui.add_argument("--read-only", action="store_true", help="offer no responses and no cancels")
 
 
 async def _serve(
@@ -72,7 +73,7 @@ async def _serve(
             mode = " read-only" if args.read_only else ""
             print(f"tether ui: serving {shown}{mode} at {url}/", file=out)
             if not args.read_only:
-                print(f"  to answer and cancel, open {url}/?token={token}", file=out)
+                print(f"  to respond and cancel, open {url}/?token={token}", file=out)
                 print(f"  (writes need the token {token})", file=out)
             if not is_loopback(args.host):
                 print(f"  warning: anyone who reaches {args.host} can read every run", file=out)

@@ -1,4 +1,5 @@
 """``tether worker`` and ``tether submit``: the queue from the command line.
+Layer: the command line (``_cli``).
 
 ``tether worker --store URL --import MODULE`` serves the workflows MODULE
 defines (``tether.open_worker``) until SIGTERM or SIGINT, then drains: it
@@ -7,7 +8,7 @@ rest as a caller cancellation and releases their leases, so other workers
 take them over at once. Run outcomes and lost leases are logged to stderr
 (the ``tether.worker`` logger); the worker itself exits 0 after a drain. It
 also serves the schedules MODULE defines (``tether.schedule``; see
-``_cli_schedules``), unless ``--no-schedules``.
+:mod:`._schedules`), unless ``--no-schedules``.
 
 ``tether submit MODULE:WORKFLOW ARGS…`` stores a queued run and prints its id
 (its arguments decoded as ``tether run`` decodes them).

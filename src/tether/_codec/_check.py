@@ -1,13 +1,14 @@
 """How a value fails the codec: the round-trip comparison and the one-line error text.
+Layer: the codec (``_codec``).
 
-:meth:`Codec.snapshot <._codec.Codec.snapshot>` decodes what it just encoded
+:meth:`Codec.snapshot <._values.Codec.snapshot>` decodes what it just encoded
 and compares the two with :func:`diff`, all the way down, in value and in
 type, so a value that would come back different on replay is refused when it
-is saved, with the path to what differs. :func:`explain` turns an encoding
-or decoding error (a cattrs error group included) into one line with the path
-to the failure; the converter's union hook (:mod:`._codec_converter`) uses it
-for the members it tried. It is separate because it reads values and errors,
-not types: it uses neither the converter nor its hooks.
+is saved, with the path to what differs. :func:`explain` turns an encoding or
+decoding error (a cattrs error group included) into one line with the path to
+the failure; the converter's union hook (:mod:`._converter`) uses it for the
+members it tried. It is separate because it reads values and errors, not
+types: it uses neither the converter nor its hooks.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """The codec's converter: one strict ``cattrs`` converter for JSON.
+Layer: the codec (``_codec``).
 
-The hooks here make decoding strict where cattrs is lenient (``"1"`` is not
-an ``int``, ``1`` is not a ``bool``, ``"ab"`` is not a ``list[str]``, an
-enum value must have its member value's own type, a union decodes a JSON
-primitive as the member it exactly is), and make encoding canonical where
-cattrs follows iteration order (sets are written sorted by their encoded
-items). :func:`new_converter` builds the converter with them, with the
-standard-library types of :mod:`._codec_types` and the registered types of
-:mod:`._codec_registry`. It is separate from :mod:`._codec`, which encodes
-and decodes values with it, so that each reads as one thing: how a type is
-read and written here, what a value must survive there.
+The hooks here make decoding strict where cattrs is lenient (``"1"`` is not an
+``int``, ``1`` is not a ``bool``, ``"ab"`` is not a ``list[str]``, an enum
+value must have its member value's own type, a union decodes a JSON primitive
+as the member it exactly is), and make encoding canonical where cattrs follows
+iteration order (sets are written sorted by their encoded items).
+:func:`new_converter` builds the converter with them, with the
+standard-library types of :mod:`._types` and the registered types of
+:mod:`._registry`. It is separate from :mod:`._values`, which encodes and
+decodes values with it, so that each reads as one thing: how a type is read
+and written here, what a value must survive there.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The codec's JSON text: canonical writing, strict reading, the nesting bound, digests.
+Layer: the codec (``_codec``).
 
 Everything here works on JSON-ready primitives (what the converter of
-:mod:`._codec_converter` makes and takes), never on typed values: the text
-is written canonically, so equal values give equal text in every process
-(object keys sorted, NaN and infinities refused, object keys strings only),
-and read strictly (no NaN or infinities). It is separate so that the codec
-(:mod:`._codec`) and the records that wrap an encoded value share one
-writer, one reader and one bound on nesting.
+:mod:`._converter` makes and takes), never on typed values: the text is
+written canonically, so equal values give equal text in every process (object
+keys sorted, NaN and infinities refused, object keys strings only), and read
+strictly (no NaN or infinities). It is separate so that the codec
+(:mod:`._values`) and the records that wrap an encoded value share one writer,
+one reader and one bound on nesting.
 
 Nesting is bounded by :data:`MAX_DEPTH`, checked as a value is written; a
 value nested deeper, written or read, fails as a :class:`CodecError` that

@@ -1,4 +1,5 @@
 """The private value codec: typed Python values <-> JSON text.
+Layer: the codec (``_codec``).
 
 One ``cattrs`` converter, configured for JSON and never the global one. The
 type to decode into always comes from code (a step's return annotation, a
@@ -17,9 +18,9 @@ refused, and object keys must be strings (JSON would silently turn ``1`` into
 ``"1"``).
 
 The standard library's types JSON has no form of (``Decimal``, ``UUID``,
-``timedelta``, ``date``, ``time``, paths, ``bytes``, named tuples) are
-handled in :mod:`._codec_types`; users' own types, registered with
-``tether.register_type``, in :mod:`._codec_registry`.
+``timedelta``, ``date``, ``time``, paths, ``bytes``, named tuples) are handled
+in :mod:`._types`; users' own types, registered with ``tether.register_type``,
+in :mod:`._registry`.
 
 Nesting is bounded: a value may nest at most :data:`MAX_DEPTH` levels of
 arrays and objects, checked as it is written, so whatever is stored decodes
@@ -28,9 +29,9 @@ as a :class:`CodecError` that says so, never as a ``RecursionError``.
 
 This module holds :class:`Codec`, which puts the parts together, and
 :class:`Signature`, the declared types of a callable. The converter and its
-strict hooks are in :mod:`._codec_converter`, the JSON text (canonical
-writing, strict reading, the nesting bound, digests) in :mod:`._codec_json`,
-and the round-trip comparison and the text of errors in :mod:`._codec_check`.
+strict hooks are in :mod:`._converter`, the JSON text (canonical writing,
+strict reading, the nesting bound, digests) in :mod:`._json`, and the
+round-trip comparison and the text of errors in :mod:`._check`.
 """
 
 from __future__ import annotations

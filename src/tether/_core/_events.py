@@ -1,4 +1,5 @@
 """Live events of a run: what :meth:`Engine.open_run <tether.Engine.open_run>` reports.
+Layer: the kernel (``_core``).
 
 The engine tells a run's *observer* (a plain callable, set on the run's
 ``RunState``) what happens, synchronously, from the places where hooks are

@@ -1,4 +1,6 @@
-"""Hook events and their dispatch."""
+"""Hook events and their dispatch: what an engine's ``hooks=`` objects are told, and when.
+Layer: the kernel (``_core``).
+"""
 
 from __future__ import annotations
 

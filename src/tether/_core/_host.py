@@ -1,10 +1,11 @@
 """The engine executing a run, as the run's own code sees it: the :class:`Host` protocol.
+Layer: the kernel (``_core``).
 
-Layer: the kernel (``_core``). A run's state (:class:`~._run.RunState`) holds
-its host so that the calls workflow code makes which start or wait for other
-runs (``tether.child``) or wait for messages (``tether.receive``) can reach the
-engine without this layer, or the one above it, importing the engine: the
-engine implements this protocol, and hands it down when it starts a run.
+A run's state (:class:`~._run.RunState`) holds its host so that the calls
+workflow code makes which start or wait for other runs (``tether.child``) or
+wait for messages (``tether.receive``) can reach the engine without this
+layer, or the one above it, importing the engine: the engine implements this
+protocol, and hands it down when it starts a run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Small helpers for the nurseries tether opens on its users' behalf."""
+"""Small helpers for the nurseries tether opens on its users' behalf: their errors unwrapped.
+Layer: the kernel (``_core``).
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Owners of runs: an engine's name ``host:pid:engine-id``, and whether an owner is gone.
+Layer: the kernel (``_core``).
 
-Layer: the kernel (``_core``). Each :func:`tether.open_engine` is one owner.
-Whether an owner still exists is a fact about this machine's processes, not
-about leases, so the engine (claims, takeovers), workers, ``tether.child``
-and the command line all ask :func:`owner_is_gone` here.
+Each :func:`tether.open_engine` is one owner. Whether an owner still exists is
+a fact about this machine's processes, not about leases, so the engine
+(claims, takeovers), workers, ``tether.child`` and the command line all ask
+:func:`owner_is_gone` here.
 """
 
 from __future__ import annotations

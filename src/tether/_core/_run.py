@@ -1,13 +1,14 @@
 """The state one execution of a run shares between its tasks.
+Layer: the kernel (``_core``).
 
 :class:`RunState` holds the journal, settlement (when every task waits in
-``ask``, the run pauses; under a worker, when every task waits, in
-``receive`` or for a durable timer that is far off, the run parks), live
-events, hooks, human input, the messages read from the run's mailbox, and
-the execution's :class:`~._saver.Saver` (every save and shielded call). A
-tracked task finds its run through its :class:`~._frame.Frame`; what
-reads and writes the state lives with its API: human input in
-:mod:`._ask`, messages in :mod:`._receive`, timers in :mod:`._timers`.
+``ask``, the run pauses; under a worker, when every task waits, in ``receive``
+or for a durable timer that is far off, the run parks), live events, hooks,
+human input, the messages read from the run's mailbox, and the execution's
+:class:`~._saver.Saver` (every save and shielded call). A tracked task finds
+its run through its :class:`~._frame.Frame`; what reads and writes the state
+lives with its API: human input in :mod:`tether._api._ask`, messages in
+:mod:`tether._api._receive`, timers in :mod:`tether._api._timers`.
 """
 
 from __future__ import annotations

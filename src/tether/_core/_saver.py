@@ -1,4 +1,5 @@
 """The save path of one execution, and its other shielded calls.
+Layer: the kernel (``_core``).
 
 Every journal entry of an execution is written by one :class:`Saver`, in one
 of three ways, cheapest first:
@@ -31,11 +32,11 @@ every task of the run in Trio's cancel tree, marks the caller's cancellation
 before Trio delivers it to any task of the run.
 
 *Tracked shields* (:meth:`Saver.tracked_scope`) are for the other calls that
-must survive framework cancellation and yield to the caller's: an inline
-save, status writes, end hooks. :meth:`Saver.cancel_by_caller` lifts them.
-Those shields and the parked waits are the saver's base,
-:class:`~tether._shields.Shields`; how a store is called (its errors, its
-``append_nowait``) is in ``_store_calls``. This module holds the queue and
+must survive framework cancellation and yield to the caller's: an inline save,
+status writes, end hooks. :meth:`Saver.cancel_by_caller` lifts them. Those
+shields and the parked waits are the saver's base,
+:class:`~tether._core._shields.Shields`; how a store is called (its errors,
+its ``append_nowait``) is in ``_store_calls``. This module holds the queue and
 the saver task.
 """
 

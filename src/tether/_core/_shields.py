@@ -1,13 +1,14 @@
 """Tracked shields and parked waits: what the caller's cancellation cuts short.
+Layer: the kernel (``_core``).
 
-The base of an execution's :class:`~tether._saver.Saver`. A call that must
-survive the run's own (framework) cancellation and yield to the caller's runs
-in a *tracked shield* (:meth:`Shields.tracked_scope`, :meth:`Shields.shielded`);
-a task waiting for a save is *parked* (:meth:`Shields.park`) on a low-level wait
-whose abort refuses the run's own cancellation. The execution's watcher gives
-the verdict (:meth:`Shields.cancel_by_caller`): every shield is lifted and every
-parked wait ended, now and later. Kept apart from the save queue, which only
-uses it.
+The base of an execution's :class:`~tether._core._saver.Saver`. A call that
+must survive the run's own (framework) cancellation and yield to the caller's
+runs in a *tracked shield* (:meth:`Shields.tracked_scope`,
+:meth:`Shields.shielded`); a task waiting for a save is *parked*
+(:meth:`Shields.park`) on a low-level wait whose abort refuses the run's own
+cancellation. The execution's watcher gives the verdict
+(:meth:`Shields.cancel_by_caller`): every shield is lifted and every parked
+wait ended, now and later. Kept apart from the save queue, which only uses it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """How the engine calls a store: its errors as :class:`StoreError`, its optional fast append.
+Layer: the kernel (``_core``).
 
 Every module that writes or reads a store wraps the call in :class:`StoreErrors`;
 :func:`nowait_append` decides whether the save path may call a store's
@@ -12,7 +13,8 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from .._errors import StoreError, TetherError, UsageError
-from ..stores._mailbox import MailboxStore, mailbox_of
+from ..stores._capabilities import mailbox_of
+from ..stores._mailbox import MailboxStore
 from ..stores._records import Entry
 from ..stores._store import Store
 

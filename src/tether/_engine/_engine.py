@@ -31,6 +31,7 @@ from .._core._nurseries import exit_nursery
 from .._core._owners import engine_closed, engine_opened, new_owner
 from .._core._store_calls import StoreErrors
 from .._errors import UsageError
+from ..stores._capabilities import Capability, has
 from ..stores._owners import Served, WorkerAd
 from ..stores._records import RunRecord, RunStatus
 from ..stores._store import Store
@@ -596,8 +597,8 @@ async def open_engine(
         try:
             # Named without the owner's random id: seeded schedule traces name tasks.
             nursery.start_soon(engine._leases.run, name="tether leases")
-            watch = getattr(store, "watch", None)
-            if callable(watch):
+            if has(store, Capability.WATCH):
+                watch = store.watch  # type: ignore[attr-defined]
                 nursery.start_soon(engine._changes.follow, watch, name="tether changes")
             try:
                 yield engine

@@ -1,4 +1,5 @@
 """Where an engine's executions begin: read the run, claim its lease, hand it to an Execution.
+Layer: the engine (``_engine``).
 
 ``engine.run``, ``engine.resume`` and a worker's claimed run all end in
 :meth:`Launcher.execute`, which builds the run's state and one

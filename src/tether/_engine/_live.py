@@ -1,8 +1,9 @@
 """Live runs: the block of :meth:`Engine.open_run <tether.Engine.open_run>` and its events.
+Layer: the engine (``_engine``).
 
-Layer: the engine. A live run executes in a task of a nursery its block owns,
-with an observer that appends the run's events to an unbounded buffer, so the
-engine never waits for the code that reads them.
+A live run executes in a task of a nursery its block owns, with an observer
+that appends the run's events to an unbounded buffer, so the engine never
+waits for the code that reads them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """One owner per run: an engine's leases, their renewal, and their loss.
+Layer: the engine (``_engine``).
 
-Layer: the engine. Each :func:`tether.open_engine` is one *owner*, named
-``host:pid:engine-id`` (:mod:`tether._core._owners`).
-Before it executes a run it claims the run's lease from the store, which
-returns a fencing token; every write the execution makes carries that token,
-and the store refuses it once someone else has claimed the run.
+Each :func:`tether.open_engine` is one *owner*, named ``host:pid:engine-id``
+(:mod:`tether._core._owners`). Before it executes a run it claims the run's
+lease from the store, which returns a fencing token; every write the execution
+makes carries that token, and the store refuses it once someone else has
+claimed the run.
 
 :class:`Leases` is the engine's side of that contract:
 

@@ -1,4 +1,6 @@
-"""A small progress renderer for live runs: one line per event."""
+"""A small progress renderer for live runs: one line per event, as ``tether run`` shows it.
+Layer: the engine (``_engine``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """``engine.send``: a message checked against what the workflow declares, then stored.
+Layer: the engine (``_engine``).
 
 A workflow declares the messages it takes, by name and type
 (``@tether.workflow(messages={"approve": bool})``; :func:`check_messages`). A
@@ -6,8 +7,8 @@ send checks the message against that declaration before anything is stored:
 the value is encoded by the declared type and decoded back strictly
 (:func:`encode_message`), so a bad message is refused at ``send``, never found
 by the run. The store keeps it in the run's *mailbox*, numbered 1, 2, 3, ...
-in send order (:class:`~.stores._mailbox.MailboxStore`), where
-``tether.receive`` takes it (see :mod:`._receive`).
+in send order (:class:`~tether.stores.MailboxStore`), where ``tether.receive``
+takes it (see :mod:`tether._api._receive`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .._errors import (
     UsageError,
     WorkflowNotFoundError,
 )
-from ..stores._mailbox import FINISHED, check_message_name
+from ..stores._mailbox import check_message_name
 from ..stores._records import RunRecord
 from ..stores._store import Store
 
@@ -126,7 +127,7 @@ async def send(
         record = await store.get_run(run_id)
     if record is None:
         raise RunNotFoundError(f"no run {run_id!r} in {store!r}")
-    if record.status in FINISHED:
+    if record.status.finished:
         raise RunConflictError(
             f"run {run_id!r} is {record.status.value.replace('_', '-')}: a finished run takes "
             f"no messages; message {name!r} was not stored"

@@ -1,4 +1,5 @@
 """What workers serve: their advertisements, and the runs that no live worker serves.
+Layer: the engine (``_engine``).
 
 A worker claims only runs whose ``(workflow, version)`` it serves, so a run
 of a version that no worker has registered would wait in the queue forever,
@@ -34,6 +35,7 @@ import trio
 
 from .._core._owners import owner_is_gone
 from .._errors import UsageError
+from ..stores._capabilities import Capability, has
 from ..stores._owners import Served, WorkerAd
 from ..stores._queue import RunFilter, stranded
 from ..stores._records import RunRecord, RunStatus
@@ -45,14 +47,14 @@ log = logging.getLogger("tether.worker")
 
 #: Runs read per ``list_runs`` call while looking for stranded ones.
 _PAGE: Final = 1000
-_WAITING: Final = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING})
+_WAITING: Final = frozenset(s for s in RunStatus if s.wants_worker)
 
 #: The advertisers of the workers open in this process, by owner (engine).
 _open: dict[str, list[Advertiser]] = {}
 
 
 def _advertising(store: Store) -> AdvertisingStore | None:
-    if all(callable(getattr(store, m, None)) for m in ADVERTISE_METHODS):
+    if has(store, Capability.ADVERTISE):
         return cast(AdvertisingStore, store)
     return None
 

@@ -1,6 +1,7 @@
-"""What the dashboard does to runs: answer a pending request (and resume), cancel.
+"""What the dashboard does to runs: respond to a pending request (and resume), cancel.
+Layer: the dashboard (``_ui``).
 
-An answer is decoded strictly first (:func:`~._forms.decode`); a bad one is
+A response is decoded strictly first (:func:`~._forms.decode`); a bad one is
 refused with its errors and nothing is journaled. A good one resumes the run
 with ``engine.resume(run_id, responses={key: answer})`` in a task of the
 dashboard's nursery, so the resume ends with the dashboard (as a caller
@@ -8,7 +9,7 @@ cancellation: the run stays resumable). The request handler waits a moment
 (``answer_wait``) for the resume's outcome, so a quick run is shown completed
 (or paused again) at once; a longer one is shown running, refreshing itself.
 
-Answering needs the workflow's code (``tether ui --import MODULE``): without
+Responding needs the workflow's code (``tether ui --import MODULE``): without
 it the page says so and the form is not offered; cancelling needs no code.
 """
 
@@ -71,12 +72,12 @@ class Actions:
         return sys.modules.get(wf.fn.__module__)
 
     def no_code(self, info: RunInfo) -> str | None:
-        """Why requests of *info* cannot be answered here (its code is missing), or ``None``."""
+        """Why requests of *info* cannot be responded to here (its code is missing), or ``None``."""
         try:
             lookup_workflow(info.workflow, info.version)
         except WorkflowNotFoundError:
             return (
-                f"Answering needs the code of workflow {info.workflow!r}, which is not defined "
+                f"Responding needs the code of workflow {info.workflow!r}, which is not defined "
                 "in this process: restart tether ui with --import MODULE, the module that "
                 "defines it. Cancelling works without it."
             )
@@ -101,7 +102,7 @@ class Actions:
         return out
 
     async def answer(self, run_id: str, key: str, data: Mapping[str, str]) -> Outcome:
-        """Decode the answer *data* to request *key* of *run_id*; resume the run if it is good.
+        """Decode the response *data* to request *key* of *run_id*; resume the run if it is good.
 
         A checkpoint; waits up to ``answer_wait`` for the resume. Store
         errors propagate (``TetherError``).
@@ -112,12 +113,12 @@ class Actions:
         request = next((r for r in info.requests if r.key == key), None)
         if info.status is not RunStatus.PAUSED or request is None:
             self.notes[run_id] = (
-                f"not answered: the run ({info.status.value}) has no pending request {key!r} "
-                "(answered already?); nothing was journaled"
+                f"no response taken: the run ({info.status.value}) has no pending request {key!r} "
+                "(responded to already?); nothing was journaled"
             )
             return Outcome(409)
         if self.busy(run_id):
-            self.notes[run_id] = "not answered: an earlier answer is still being processed"
+            self.notes[run_id] = "no response taken: an earlier response is still being processed"
             return Outcome(409)
         missing = self.no_code(info)
         if missing is not None:
@@ -127,9 +128,9 @@ class Actions:
         if errors:
             return Outcome(422, errors)
         done = trio.Event()
-        refused: list[str] = []  # why the engine refused the answer, if it did
+        refused: list[str] = []  # why the engine refused the response, if it did
         self._resuming[run_id] = done
-        self.notes[run_id] = f"answered {key}; resuming…"
+        self.notes[run_id] = f"responded to {key}; resuming…"
         self.nursery.start_soon(self._resume, run_id, key, answer, done, refused)
         with trio.move_on_after(self.answer_wait):
             await done.wait()
@@ -140,19 +141,23 @@ class Actions:
     async def _resume(
         self, run_id: str, key: str, answer: Any, done: trio.Event, refused: list[str]
     ) -> None:
-        note = f"answered {key}; the resume was interrupted as tether ui stopped: resume the run"
+        note = (
+            f"responded to {key}; the resume was interrupted as tether ui stopped: resume the run"
+        )
         try:
             await self.engine.resume(run_id, {key: answer})
-            note = f"answered {key}; the run resumed and completed"
+            note = f"responded to {key}; the run resumed and completed"
         except Paused as paused:
             keys = ", ".join(r.key for r in paused.requests)
-            note = f"answered {key}; the run resumed and paused again, waiting for {keys}"
+            note = f"responded to {key}; the run resumed and paused again, waiting for {keys}"
         except (InvalidResponseError, UnknownRequestError, RunConflictError) as exc:
             # Refused before anything was journaled: the form shows why.
             refused.append(str(exc))
-            note = f"the answer to {key} was refused: {exc}"
+            note = f"the response to {key} was refused: {exc}"
         except Exception as exc:
-            note = f"answered {key}; the run resumed and then failed: {type(exc).__name__}: {exc}"
+            note = (
+                f"responded to {key}; the run resumed and then failed: {type(exc).__name__}: {exc}"
+            )
         finally:
             self.notes[run_id] = note
             self._resuming.pop(run_id, None)

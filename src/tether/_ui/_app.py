@@ -1,7 +1,8 @@
 """The dashboard: a Starlette app over one engine, served by Hypercorn in trio.
+Layer: the dashboard (``_ui``).
 
 :func:`open_dashboard` opens an engine on the store and a nursery for the
-resumes that answers start; :func:`dashboard_app` is the ASGI app;
+resumes that responses start; :func:`dashboard_app` is the ASGI app;
 :func:`serve` runs it with Hypercorn's trio worker, in the caller's trio loop.
 
 Pages (GET, open to whoever reaches the port): ``/`` the runs list,
@@ -97,7 +98,7 @@ async def open_dashboard(
     """Open an engine on *store* and yield a :class:`Dashboard` on it.
 
     *modules* are the imported modules of workflow code (their types give
-    forms their fields). Resumes started by answers run in a nursery of
+    forms their fields). Resumes started by responses run in a nursery of
     this block; leaving it cancels them as a caller cancellation (the runs
     stay resumable), then closes the engine. *token* defaults to a random one.
     """

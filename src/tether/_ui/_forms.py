@@ -1,4 +1,5 @@
-"""A form for a pending request, from its response type, and strict decoding of the answer.
+"""A form for a pending request, from its response type, and strict decoding of the response.
+Layer: the dashboard (``_ui``).
 
 A stored request names its response type (``bool``, ``Decision``, …), not the
 type itself: :func:`resolve_type` finds it, by that name, among the builtins
@@ -37,7 +38,7 @@ from .._errors import CodecError, Request
 
 __all__ = ("ANSWER", "Field", "Form", "decode", "form_for", "resolve_type")
 
-#: The form field name of a whole answer; an attribute's field is ``answer.NAME``.
+#: The form field name of a whole response; an attribute's field is ``answer.NAME``.
 ANSWER: Final = "answer"
 
 FieldKind = Literal["bool", "int", "float", "str", "enum", "json"]
@@ -156,7 +157,7 @@ def form_for(request: Request, modules: Sequence[ModuleType]) -> Form:
     if tp is None:
         field = Field(
             name=ANSWER,
-            label="answer (JSON)",
+            label="response (JSON)",
             kind="json",
             tp=None,
             type_name=request.response_type,
@@ -164,7 +165,7 @@ def form_for(request: Request, modules: Sequence[ModuleType]) -> Form:
         return Form(key=request.key, type_name=request.response_type, tp=None, fields=(field,))
     attributes = _attributes(tp)
     if attributes is None:
-        field = _field(ANSWER, "answer", tp)
+        field = _field(ANSWER, "response", tp)
         return Form(key=request.key, type_name=request.response_type, tp=tp, fields=(field,))
     fields = tuple(_field(f"{ANSWER}.{n}", n, t, d) for n, t, d in attributes)
     return Form(

@@ -1,4 +1,6 @@
-"""The dashboard's two pages: the runs list, and a run (see :mod:`._dashboard_page`)."""
+"""The dashboard's two pages: the runs list, and a run (built on :mod:`._layout`).
+Layer: the dashboard (``_ui``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A pending request on the run page: what was asked, and the form that answers it.
+"""A pending request on the run page: what was asked, and the form that responds to it.
+Layer: the dashboard (``_ui``).
 
 The fields come from :func:`~._forms.form_for`; every input is a plain text
 input, choice or text area, never one the browser validates itself, so what
@@ -21,7 +22,7 @@ __all__ = ("render_form",)
 def _hint(form: Form) -> str:
     if form.tp is None:
         return (
-            f"The type {form.type_name} is not known here: type the answer as JSON (or plain "
+            f"The type {form.type_name} is not known here: type the response as JSON (or plain "
             "text for a string). It is checked when the run resumes."
         )
     if form.composite:
@@ -96,7 +97,7 @@ def render_form(
 ) -> Markup:
     """One request: its key, payload and expected type; the form when *writable*.
 
-    *errors* are by field name (``""``: the whole answer, ``token``: the
+    *errors* are by field name (``""``: the whole response, ``token``: the
     token); *values* are what was submitted, shown again after an error.
     """
     asked = tag("pre", json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False))
@@ -135,7 +136,7 @@ def render_form(
         *fields,
         tag("p", whole, class_="error", data_error="") if whole else None,
         token,
-        tag("button", "Answer", type="submit"),
+        tag("button", "Respond", type="submit"),
         method="post",
         action="/run/answer",
         class_="answer",

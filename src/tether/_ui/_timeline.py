@@ -1,4 +1,5 @@
 """A run's journal as a timeline picture (SVG): lanes of bars, coloured by outcome.
+Layer: the dashboard (``_ui``).
 
 :func:`timeline_svg` is a pure function of the entries (``RunInfo.entries``):
 the same journal gives the same text, byte for byte.
@@ -11,8 +12,8 @@ branches) get lanes of their own, while sequential ones share one. A step's
 sub-steps come right below the lanes of the group the step itself is in.
 
 **Bars.** One bar per entry, from ``started_at`` to ``finished_at``, coloured
-by status: completed, failed, interrupted; journaled answers (``ask``
-responses) in their own colour. Every entry is drawn, so a failed attempt of a
+by status: completed, failed, interrupted; journaled responses (to ``ask``
+requests) in their own colour. Every entry is drawn, so a failed attempt of a
 key and the later attempt that succeeded are two bars. A step that needed
 retries (``attempt`` > 1) has a dashed outline and says which attempt
 succeeded. Each bar's ``<title>`` (a tooltip) has its key, status, attempt,
@@ -44,6 +45,8 @@ COLOURS: Final = {
     "interrupted": "#d99a00",
     "answer": "#3a6ea5",
 }
+#: what the legend and the tooltips call an outcome, where that is not its name
+_SHOWN: Final = {"answer": "response"}
 
 _LABEL_W: Final = 170  # the lane-label column
 _MARGIN: Final = 12
@@ -223,7 +226,8 @@ def _seconds(moment: datetime, t0: datetime) -> float:
 
 def _title(entry: Entry) -> str:
     took = format_duration(_seconds(entry.finished_at, entry.started_at))
-    text = f"{entry.key}: {_outcome(entry)}, attempt {entry.attempt}, {took}"
+    outcome = _outcome(entry)
+    text = f"{entry.key}: {_SHOWN.get(outcome, outcome)}, attempt {entry.attempt}, {took}"
     if entry.kind is not EntryKind.STEP:
         text += f" ({entry.kind.value})"
     if entry.error is not None:
@@ -234,7 +238,7 @@ def _title(entry: Entry) -> str:
 def _bar(entry: Entry, lane: int, scale: _Scale, t0: datetime, y: float, room: float) -> Markup:
     """One entry's bar, with its label inside, after it (up to *room*), or only as a tooltip.
 
-    An answer (a journaled ``ask`` response) takes no time worth drawing: it
+    A response (journaled for an ``ask``) takes no time worth drawing: it
     is a diamond where it was journaled.
     """
     x0 = scale.x(_seconds(entry.started_at, t0))
@@ -301,8 +305,9 @@ def _legend(y: float) -> Markup:
                 stroke_dasharray="4 2" if dashed else None,
             )
         )
-        parts.append(tag("text", name, x=f"{x + 19:.1f}", y=f"{y + 10:.1f}", fill="#333333"))
-        x += 19 + len(name) * _CHAR_W + 18
+        label = _SHOWN.get(name, name)
+        parts.append(tag("text", label, x=f"{x + 19:.1f}", y=f"{y + 10:.1f}", fill="#333333"))
+        x += 19 + len(label) * _CHAR_W + 18
     return Markup(tag("g", *parts, class_="legend"))
 
 

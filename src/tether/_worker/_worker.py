@@ -1,4 +1,5 @@
 """Workers: claim runs from the store's queue and execute them, at most N at once.
+Layer: workers (``_worker``).
 
 The shape of one worker::
 
@@ -11,7 +12,7 @@ The shape of one worker::
        │  │                  a run's last chance (max_dispatches), waits until
        │  │                  that run ends
        │  ├─ advertiser      says in the store what the worker serves, every
-       │  │                  lease_ttl / 3 (see :mod:`._serving`)
+       │  │                  lease_ttl / 3 (see :mod:`tether._engine._serving`)
        │  └─ schedules       one ticker per schedule: submits each tick's run
        │                     (see :mod:`._schedule`)
        └─ runs nursery       one task per claimed run: execute_claimed,
@@ -40,6 +41,12 @@ A claim is one write of the store (``claim_next``) that moves a run to
 are the engine's, exactly as for ``engine.run``. It takes only runs whose
 ``(workflow, version)`` the worker serves: a worker with version ``"2"`` of a
 workflow never takes a run started under version ``"1"``.
+
+Whole because :func:`open_worker` is the worker's lifetime in one async
+context manager: half of it is the reference of its options, and its body
+checks them, opens the claimer and the runs nursery, yields, and drains, in
+one ``try``/``finally`` whose order (stop claiming, the grace, cancel the
+runs, write their releases, withdraw the advertisement) is the drain itself.
 """
 
 from __future__ import annotations
@@ -317,7 +324,8 @@ async def open_worker(
             ``dead_letter`` too.
         poll_interval: seconds between looks at the queue when nothing wakes it.
         grace: on leaving the block, seconds the held runs get to finish
-            before they are cancelled.
+            before they are cancelled (default 0: at once; ``tether worker
+            --grace`` has the same default).
         workflows: the workflows this worker executes, and the only ones it
             claims runs of, executed as these objects (even where another
             workflow of the same name and version is defined). Default: every

@@ -1,4 +1,5 @@
 """``bench_cancel``: a workflow under a caller's deadline while its store misbehaves.
+Layer: the bench (``tether.bench``).
 
 Each sample makes a fresh store with the factory, wraps it in
 :class:`~tether.testing.FaultyStore` with the fault at the chosen method
@@ -21,6 +22,11 @@ it, and then, in this order:
 
 The runs of samples that resumed as they should are deleted afterwards
 where the store can (``delete_run``); the others are kept, and named.
+
+Whole because :func:`bench_cancel` is the bench from top to bottom (check the
+options, probe, the samples, judge), each part already a function of its own
+(:func:`~._probe.probe`, ``_sample``, :func:`~._findings.judge`); it is long
+for the reference of its options.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """The parts of a cancel sample around the workflow: its store, its fault, its first run.
+Layer: the bench (``tether.bench``).
 
 - :class:`Holding`: under a mock clock, the store wrapped in
   :class:`~tether.testing.ClockHoldingStore` (virtual time waits for its
@@ -30,6 +31,7 @@ from .._core._hooks import HookEvent
 from .._engine._engine import open_engine
 from .._errors import Paused, TetherError
 from ..stores import Store
+from ..stores._capabilities import Capability, has
 from ..testing import ClockHoldingStore, FaultyStore, StoreFactory
 from ..testing._conformance_base import maybe_await
 from ..testing._faults import Call, Fault
@@ -135,12 +137,11 @@ def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
 
 async def delete_quietly(store: Store, run_id: str) -> None:
     """Delete *run_id* if *store* can (``delete_run``); a refusal leaves it. A checkpoint."""
-    delete = getattr(store, "delete_run", None)
-    if delete is None:
+    if not has(store, Capability.DELETE):
         await trio.lowlevel.checkpoint()
         return
     with contextlib.suppress(TetherError):  # left in the store: a bench run, harmless
-        await delete(run_id)
+        await store.delete_run(run_id)  # type: ignore[attr-defined]
 
 
 async def probe(

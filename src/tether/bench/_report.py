@@ -1,5 +1,6 @@
 """How a bench result is told: a plain-text table (as ``tether runs list`` prints its
 runs), and JSON with every sample and finding.
+Layer: the bench (``tether.bench``).
 
 :func:`to_json` gives a JSON-ready dict of any result (its fields, its
 percentiles, and ``nan`` or ``inf`` as ``null``); :func:`write_table` prints a

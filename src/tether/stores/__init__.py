@@ -1,6 +1,13 @@
-"""Storage: the :class:`Store` protocol, its records, and the built-in stores."""
+"""Storage: the :class:`Store` protocol, its records, and the built-in stores.
+Layer: stores (``tether.stores``), its public face: what store authors import.
+"""
 
 from .._errors import ErrorInfo as ErrorInfo
+from ._capabilities import METHODS as CAPABILITY_METHODS
+from ._capabilities import Capability as Capability
+from ._capabilities import capabilities_of as capabilities_of
+from ._capabilities import has as has
+from ._capabilities import mailbox_of as mailbox_of
 from ._file import FileStore as FileStore
 from ._leases import ClaimDecision as ClaimDecision
 from ._leases import check_append as check_append
@@ -21,7 +28,6 @@ from ._mailbox import check_message_name as check_message_name
 from ._mailbox import check_send as check_send
 from ._mailbox import decide_send as decide_send
 from ._mailbox import load_message as load_message
-from ._mailbox import mailbox_of as mailbox_of
 from ._mailbox import message_gap as message_gap
 from ._memory import MemoryStore as MemoryStore
 from ._owners import Renewal as Renewal
@@ -70,6 +76,10 @@ from ._store import WatchableStore as WatchableStore
 from ._store import WorkerStore as WorkerStore
 
 __all__ = (
+    "CAPABILITY_METHODS",
+    "Capability",
+    "capabilities_of",
+    "has",
     "ADVERTISE_METHODS",
     "DEAD_LETTER_ERROR",
     "DELETE_METHODS",

@@ -1,5 +1,6 @@
 """A FileStore's runs as folders: opening the store, creating, updating, reading,
 listing and deleting runs.
+Layer: stores (``tether.stores``).
 
 A new run's folder is prepared aside (``.tmp-<random>``) and renamed into
 place whole; ``run.json`` is replaced atomically under the run's lock, with

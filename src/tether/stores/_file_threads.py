@@ -1,5 +1,6 @@
 """A FileStore's worker threads: abandoned by a cancelled caller, withdrawn while they
 wait, counted until they end, and waited for by ``close()``.
+Layer: stores (``tether.stores``).
 
 Every call of :class:`~._file.FileStore` does its file work in a worker
 thread (``trio.to_thread.run_sync``) with ``abandon_on_cancel=True``: a

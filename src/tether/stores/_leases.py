@@ -1,4 +1,5 @@
 """Lease and fencing decisions, shared by every store.
+Layer: stores (``tether.stores``).
 
 A store reads what it needs inside one atomic step (a transaction, a lock),
 calls one of these pure functions, and writes what it returns in that same
@@ -51,18 +52,6 @@ __all__ = (
 
 #: 1 to 200 characters, none of them ``/`` or a control character.
 _OWNER: Final = re.compile(r"[^/\x00-\x1f\x7f]{1,200}")
-
-#: Statuses a claim moves to ``running`` (clearing their error and requests).
-_RESUMABLE = frozenset(
-    {
-        RunStatus.QUEUED,
-        RunStatus.RUNNING,
-        RunStatus.PAUSED,
-        RunStatus.FAILED,
-        RunStatus.DEAD_LETTER,
-        RunStatus.WAITING,
-    }
-)
 
 
 @attrs.frozen
@@ -186,7 +175,7 @@ def decide_claim(
         return ClaimDecision(None, result=current)
     if live and current.owner != owner:
         return ClaimDecision(None, error=_conflict(current))
-    status = current.status if current.status not in _RESUMABLE else RunStatus.RUNNING
+    status = RunStatus.RUNNING if current.status.may_execute else current.status
     record = attrs.evolve(
         current,
         owner=owner,

@@ -1,4 +1,5 @@
 """A run's mailbox: the messages ``engine.send`` stores for ``tether.receive``.
+Layer: stores (``tether.stores``).
 
 A store that keeps messages (a :class:`MailboxStore`: every built-in one)
 stores each one with the run's next ``seq`` (1, 2, 3, ... per run, in send
@@ -24,7 +25,7 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol, cast, final, runtime_checkable
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 
@@ -51,7 +52,6 @@ __all__ = (
     "check_send",
     "decide_send",
     "load_message",
-    "mailbox_of",
     "message_gap",
 )
 
@@ -59,9 +59,7 @@ __all__ = (
 MESSAGE_FORMAT: Final = 1
 
 #: Statuses of a run that never executes again on its own: it takes no message.
-FINISHED: Final = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DEAD_LETTER, RunStatus.CANCELLED}
-)
+FINISHED: Final = frozenset(s for s in RunStatus if s.finished)
 
 #: 1 to 100 letters, digits, ``_``, ``-`` or ``.``.
 _NAME: Final = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
@@ -225,7 +223,7 @@ def decide_send(current: RunRecord | None, *, run_id: str, now: datetime) -> Run
     """
     if current is None:
         raise RunNotFoundError(f"no run {run_id!r} to send a message to")
-    if current.status in FINISHED:
+    if current.status.finished:
         raise RunConflictError(
             f"run {run_id!r} is {current.status.value}: a finished run takes no messages "
             "(nothing was stored)"
@@ -286,15 +284,3 @@ class MailboxStore(Protocol):
         Raises:
             UsageError: *after* is not a non-negative integer.
         """
-
-
-def mailbox_of(store: object) -> MailboxStore | None:
-    """*store* as a :class:`MailboxStore` if it has both methods, else ``None``.
-
-    Wrappers (``FaultyStore``, ...) have the methods exactly when the store
-    they wrap does, as attributes that are absent otherwise, so this looks
-    them up on the object rather than on its class.
-    """
-    if all(callable(getattr(store, name, None)) for name in MAILBOX_METHODS):
-        return cast(MailboxStore, store)
-    return None

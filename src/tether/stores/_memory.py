@@ -1,4 +1,6 @@
-"""An in-process store: fast, for tests and ephemeral runs."""
+"""An in-process store: fast, for tests and ephemeral runs (:class:`MemoryStore`).
+Layer: stores (``tether.stores``).
+"""
 
 from __future__ import annotations
 

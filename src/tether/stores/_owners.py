@@ -1,11 +1,12 @@
 """What stores record about the engines that hold runs and the workers that serve them.
+Layer: stores (``tether.stores``).
 
 :class:`Renewal` is what a lease renewal (:meth:`Store.renew
 <._store.Store.renew>`) found; :class:`WorkerAd` is a worker's advertisement
 of the workflows it serves (:class:`~._store.AdvertisingStore`), with the
 strict JSON of its :data:`Served` pairs. These records are about owners, not
 runs: no run record or journal entry holds them, which is why they are apart
-from :mod:`._protocol`.
+from :mod:`._records`.
 """
 
 from __future__ import annotations

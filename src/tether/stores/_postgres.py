@@ -1,4 +1,5 @@
 """A store on PostgreSQL: pooled sync connections in worker threads, group commit.
+Layer: stores (``tether.stores``).
 
 Every call runs one short transaction on a pooled connection in a Trio
 worker thread, cut when its caller leaves and retried on transient
@@ -15,6 +16,12 @@ rows), :mod:`._postgres_writer` (group commit),
 :mod:`._postgres_lifetime` (opening, and closing in bounded time), and this
 one, the store itself: its options, the protocol's async methods and
 :meth:`PostgresStore.watch`.
+
+Whole because it is one class, the async surface of the store protocol and its
+extensions: one short method per call (its arguments checked, its work handed
+to a thread or to the writer, retried where it may be), whose SQL,
+connections, writer and lifetime are already apart; splitting the methods
+would split the class a user constructs.
 """
 
 from __future__ import annotations

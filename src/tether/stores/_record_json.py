@@ -1,6 +1,7 @@
 """The JSON form of stored records: format versions, strict reading, digests.
+Layer: stores (``tether.stores``).
 
-Records (:mod:`._protocol`) say what their fields mean; this module says how
+Records (:mod:`._records`) say what their fields mean; this module says how
 their JSON is written and read, whatever the record: the format version and
 the fields of each version, the one writer (:func:`dumps_record`) and the one
 strict reader (:func:`loads_record`, with :class:`RecordDecodeError` for

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
@@ -80,6 +80,36 @@ class RunStatus(enum.StrEnum):
     #: slot; any worker claims it once ``wake_at`` has come (without one, once a
     #: message is sent to it); ``engine.run``/``resume`` continue it at once
     WAITING = "waiting"
+
+    # The sets of statuses the rules speak of, each written once, here.
+
+    @property
+    def may_execute(self) -> bool:
+        """Whether a run in this status may still execute: every status but completed and cancelled.
+
+        A claim moves such a run to ``running`` (clearing its error and requests).
+        """
+        return self is not RunStatus.COMPLETED and self is not RunStatus.CANCELLED
+
+    @property
+    def finished(self) -> bool:
+        """Whether a run in this status never executes again on its own, so takes no message.
+
+        Completed, failed, dead-lettered or cancelled (a failed run executes
+        again only when resumed).
+        """
+        return self in _FINISHED
+
+    @property
+    def wants_worker(self) -> bool:
+        """Whether a run in this status waits for a worker: queued, running or waiting."""
+        return self in _WANTS_WORKER
+
+
+_FINISHED: Final = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DEAD_LETTER, RunStatus.CANCELLED}
+)
+_WANTS_WORKER: Final = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING})
 
 
 class EntryKind(enum.StrEnum):

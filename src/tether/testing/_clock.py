@@ -1,4 +1,6 @@
-"""Keep a mock clock from jumping while a thread-backed store works."""
+"""Keep a mock clock from jumping while a thread-backed store works.
+Layer: testing (``tether.testing``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import outcome
 import trio
 import trio.testing
 
+from ..stores._capabilities import Capability, capabilities_of
 from ..stores._mailbox import MailboxStore, Message
 from ..stores._memory import MemoryStore
 from ..stores._owners import Renewal, Served, WorkerAd
@@ -154,24 +157,19 @@ class ClockHoldingStore:
 
     # Properties: present exactly when the inner store keeps messages (see mailbox_of).
     @property
-    def send_message(self) -> Callable[..., Awaitable[Message]]:
-        """The inner store's ``send_message``, holding the clock (absent when it has none)."""
-        send = cast(MailboxStore, self.inner).send_message  # AttributeError: absent here too
+    def capabilities(self) -> frozenset[Capability]:
+        """The inner store's optional capabilities: this store has exactly those."""
+        return capabilities_of(self.inner)
 
-        async def send_message(run_id: str, name: str, value: str, *, now: datetime) -> Message:
-            return await self._held(send, run_id, name, value, now=now)
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """The inner store's ``send_message``, holding the clock (see :attr:`capabilities`)."""
+        send = cast(MailboxStore, self.inner).send_message
+        return await self._held(send, run_id, name, value, now=now)
 
-        return send_message
-
-    @property
-    def load_messages(self) -> Callable[..., Awaitable[Sequence[Message]]]:
-        """The inner store's ``load_messages``, holding the clock (absent when it has none)."""
-        load = cast(MailboxStore, self.inner).load_messages  # AttributeError: absent here too
-
-        async def load_messages(run_id: str, *, after: int = 0) -> Sequence[Message]:
-            return await self._held(load, run_id, after=after)
-
-        return load_messages
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The inner store's ``load_messages``, holding the clock (see :attr:`capabilities`)."""
+        load = cast(MailboxStore, self.inner).load_messages
+        return await self._held(load, run_id, after=after)
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The wrapped store's ``watch``, if it has one; never holds the clock (it never ends)."""

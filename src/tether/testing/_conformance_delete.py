@@ -1,4 +1,5 @@
 """Conformance check for deleting runs (``delete_run``, for retention).
+Layer: testing (``tether.testing``).
 
 ``delete_run`` holds a store that can delete runs (one with ``delete_run``,
 :class:`~tether.stores.DeletableStore`) to its contract: the record and its
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import cast
 
 from .._errors import RunConflictError
+from ..stores._capabilities import Capability, has
 from ..stores._records import EntryKind, RunStatus
 from ..stores._store import DeletableStore, Store
 from ._conformance_base import Ctx, Opened, Skip
@@ -22,7 +24,7 @@ __all__ = ("DELETE_CHECKS",)
 
 
 def _deletes(store: Store) -> DeletableStore:
-    if not callable(getattr(store, "delete_run", None)):
+    if not has(store, Capability.DELETE):
         raise Skip("the store has no delete_run (it cannot delete runs)")
     return cast(DeletableStore, store)
 

@@ -1,4 +1,5 @@
 """Conformance checks for runs' mailboxes (``send_message``, ``load_messages``).
+Layer: testing (``tether.testing``).
 
 They hold a store that keeps messages (a :class:`~tether.stores.MailboxStore`)
 to its contract: each message gets the run's next seq, in send order, also
@@ -20,7 +21,8 @@ from typing import cast
 import trio
 
 from .._errors import RunConflictError, RunNotFoundError, UsageError
-from ..stores._mailbox import MailboxStore, Message, mailbox_of
+from ..stores._capabilities import Capability, has, mailbox_of
+from ..stores._mailbox import MailboxStore, Message
 from ..stores._records import RunStatus
 from ..stores._store import DeletableStore, Store, WorkerStore
 from ._conformance_base import CANCEL_POINTS, Ctx, Opened, Skip, cancelled, maybe_await
@@ -189,9 +191,7 @@ async def check_message_wakes(ctx: Ctx) -> None:
     waiting run due at its now (an earlier wake_at is kept), and workers claim it."""
     async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
-        workers = (
-            cast(WorkerStore, opened) if callable(getattr(opened, "claim_next", None)) else None
-        )
+        workers = cast(WorkerStore, opened) if has(opened, Capability.WORKERS) else None
         far = datetime(2999, 1, 1, tzinfo=UTC)
         parked = ctx.run("inbox", status=RunStatus.WAITING, wake_at=None)
         await opened.create_run(parked)
@@ -244,7 +244,7 @@ async def check_message_delete(ctx: Ctx) -> None:
     under it starts at seq 1."""
     async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
-        if not callable(getattr(opened, "delete_run", None)):
+        if not has(opened, Capability.DELETE):
             raise Skip("the store has no delete_run (it cannot delete runs)")
         deleting = cast(DeletableStore, opened)
         await opened.create_run(ctx.run("gone", status=RunStatus.PAUSED))
@@ -282,9 +282,9 @@ async def check_message_watch(ctx: Ctx) -> None:
     """A store with watch() announces a send."""
     async with Opened(await ctx.make()) as opened:
         store = _mailbox(opened)
-        watch = getattr(opened, "watch", None)
-        if not callable(watch):
+        if not has(opened, Capability.WATCH):
             raise Skip("the store has no watch() (waiters poll it)")
+        watch = opened.watch  # type: ignore[attr-defined]
         await opened.create_run(ctx.run("w"))
         changed = trio.Event()
         async with trio.open_nursery() as nursery:

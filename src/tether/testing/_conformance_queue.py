@@ -1,4 +1,5 @@
 """Conformance checks for listing at scale and for the queue workers claim from.
+Layer: testing (``tether.testing``).
 
 ``list_filters`` holds every store to ``list_runs``'s filters and keyset
 pagination. The ``claim_next_*`` checks hold a store that serves workers
@@ -22,6 +23,7 @@ from typing import cast
 import trio
 
 from .._errors import LeaseLostError, RunNotFoundError, UsageError
+from ..stores._capabilities import Capability, has
 from ..stores._owners import Served
 from ..stores._queue import DEAD_LETTER_ERROR
 from ..stores._records import RunRecord, RunStatus
@@ -47,7 +49,7 @@ async def _parked(store: Store, ctx: Ctx, run_id: str, wake_at: datetime) -> Run
 
 
 def _serves_workers(store: Store) -> WorkerStore:
-    if not callable(getattr(store, "claim_next", None)):
+    if not has(store, Capability.WORKERS):
         raise Skip("the store has no claim_next (it serves no workers)")
     return cast(WorkerStore, store)
 
@@ -300,7 +302,7 @@ async def check_claim_next_waiting(ctx: Ctx) -> None:
 
 
 def _serves_ads(store: Store) -> AdvertisingStore:
-    if not all(callable(getattr(store, m, None)) for m in ("advertise", "list_workers")):
+    if not has(store, Capability.ADVERTISE):
         raise Skip("the store has no advertise/list_workers (it cannot tell stranded runs)")
     return cast(AdvertisingStore, store)
 
@@ -344,9 +346,9 @@ async def check_advertise(ctx: Ctx) -> None:
 async def check_watch(ctx: Ctx) -> None:
     """A store with watch() announces a new run and a status change."""
     async with Opened(await ctx.make()) as store:
-        watch = getattr(store, "watch", None)
-        if not callable(watch):
+        if not has(store, Capability.WATCH):
             raise Skip("the store has no watch() (waiters poll it)")
+        watch = store.watch  # type: ignore[attr-defined]
         changed = trio.Event()
         events: list[int] = []
 

@@ -1,4 +1,5 @@
 """The explorer: inject one fault at every interleaving point of a workflow, resume, check.
+Layer: testing (``tether.testing``).
 
 A *trial* runs a workflow under a seeded schedule and virtual time
 (:func:`run_deterministic`) on a fresh store, injects the faults of a
@@ -55,6 +56,10 @@ the faults, is :mod:`._explore_trial`; what each of its executions did and the
 invariants checked on it, :mod:`._explore_execution`; the ownership faults,
 :mod:`._explore_leases`. This module is the explorer that runs the trials and
 reports a broken invariant with its reproduction.
+
+Whole because :func:`explore` is long only for its docstring, the public
+reference of every fault kind and option; its body builds an :class:`Explorer`
+and runs it.
 """
 
 from __future__ import annotations

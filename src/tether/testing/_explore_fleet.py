@@ -1,4 +1,5 @@
 """One trial of the worker explorer: simulated processes on one store, a fault, the checks.
+Layer: testing (``tether.testing``).
 
 A :class:`Trial` runs *workers* simulated worker processes (:class:`Process`:
 an engine with :func:`tether.open_worker`, on a connection of its own to the

@@ -1,4 +1,5 @@
 """The worker explorer's store: one store that simulated processes share, and what it took.
+Layer: testing (``tether.testing``).
 
 :mod:`._explore_workers` runs several simulated worker processes (and a
 submitter) on one store. Each process reaches it through a
@@ -22,13 +23,14 @@ clock is Trio's (:class:`tether.MemoryStore`), so virtual time expires leases.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol, final
 
 import attrs
 import trio
 
+from ..stores._capabilities import Capability, capabilities_of
 from ..stores._mailbox import Message
 from ..stores._owners import Renewal, Served
 from ..stores._records import Entry, EntryKind, EntryStatus, RunRecord, RunStatus
@@ -462,30 +464,20 @@ class Connection:
         )
         return result
 
-    # Properties: present exactly when the shared store keeps messages (see mailbox_of).
     @property
-    def send_message(self) -> Callable[..., Awaitable[Message]]:
-        """The shared store's ``send_message``, through the process (absent when it has none)."""
-        getattr(self.shared.raw, "send_message")  # noqa: B009 - AttributeError: absent here too
+    def capabilities(self) -> frozenset[Capability]:
+        """The shared store's optional capabilities, and ``watch`` (:meth:`SharedStore.watch`)."""
+        return capabilities_of(self.shared.raw) | {Capability.WATCH}
 
-        async def send_message(run_id: str, name: str, value: str, *, now: datetime) -> Message:
-            result: Message = await self._process.call("send_message", run_id, name, value, now=now)
-            return result
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """The shared store's ``send_message``, through the process (see :attr:`capabilities`)."""
+        result: Message = await self._process.call("send_message", run_id, name, value, now=now)
+        return result
 
-        return send_message
-
-    @property
-    def load_messages(self) -> Callable[..., Awaitable[Sequence[Message]]]:
-        """The shared store's ``load_messages``, through the process (absent when it has none)."""
-        getattr(self.shared.raw, "load_messages")  # noqa: B009 - AttributeError: absent here too
-
-        async def load_messages(run_id: str, *, after: int = 0) -> Sequence[Message]:
-            result: Sequence[Message] = await self._process.call(
-                "load_messages", run_id, after=after
-            )
-            return result
-
-        return load_messages
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The shared store's ``load_messages``, through the process (see :attr:`capabilities`)."""
+        result: Sequence[Message] = await self._process.call("load_messages", run_id, after=after)
+        return result
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The shared store's announcements (:meth:`SharedStore.watch`)."""

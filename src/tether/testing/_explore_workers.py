@@ -1,4 +1,5 @@
 """The worker explorer: simulated workers share one store; a fault at every point; check.
+Layer: testing (``tether.testing``).
 
 :func:`explore_workers` runs trials (:mod:`._explore_fleet`): under
 :func:`run_deterministic` (virtual time, a seeded schedule), *workers*
@@ -15,6 +16,14 @@ label naming the store call (:func:`._explore_shared.label_before` and
 ``label_after``), with ``~2``, ``~3`` ... for a process's later occurrences
 of the same label: ``w1/save:run-0/charge#0``, ``w0/claimed:run-1``,
 ``w0/renew~3``.
+
+Whole because this module is the worker explorer and nothing else: its plans
+(:class:`WorkerFault`, :class:`WorkerPlan`), the :class:`WorkerExplorer` that
+makes and runs them, and :func:`explore_workers`, whose length is its
+docstring, the public reference of every fault kind and option (its body
+builds a :class:`WorkerExplorer` and runs it). The trial and its checks
+(:mod:`._explore_fleet`) and the shared store (:mod:`._explore_shared`) are
+already apart.
 """
 
 from __future__ import annotations

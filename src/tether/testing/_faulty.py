@@ -1,4 +1,5 @@
 """A store wrapper that injects faults (failures, hangs, crashes) into chosen calls.
+Layer: testing (``tether.testing``).
 
 A fault is any object with ``async def apply(self, call: Call) -> None``; the
 built-ins are :class:`Delay`, :class:`Hang`, :class:`Raise`, :class:`Crash`
@@ -45,6 +46,7 @@ from typing import Any, final
 
 import trio
 
+from ..stores._capabilities import Capability, capabilities_of
 from ..stores._mailbox import Message
 from ..stores._owners import Renewal, Served, WorkerAd
 from ..stores._records import Entry, RunRecord
@@ -116,6 +118,16 @@ class FaultyStore:
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r})"
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The inner store's optional capabilities: this store has exactly those.
+
+        It defines every optional method, each forwarding to the inner store;
+        declaring the inner store's capabilities keeps it from being taken for
+        more (see :mod:`tether.stores._capabilities`).
+        """
+        return capabilities_of(self.inner)
 
     @property
     def crashed(self) -> bool:
@@ -346,16 +358,10 @@ class FaultyStore:
         result: RunRecord | None = await self._call("get_run", run_id)
         return result
 
-    @property
-    def delete_run(self) -> Callable[[str], Awaitable[bool]]:
-        """The inner store's ``delete_run``, faults permitting (absent when it has none)."""
-        getattr(self.inner, "delete_run")  # noqa: B009 - AttributeError: absent here too
-
-        async def delete_run(run_id: str) -> bool:
-            result: bool = await self._call("delete_run", run_id)
-            return result
-
-        return delete_run
+    async def delete_run(self, run_id: str) -> bool:
+        """The inner store's ``delete_run``, faults permitting (see :attr:`capabilities`)."""
+        result: bool = await self._call("delete_run", run_id)
+        return result
 
     async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
         result: Sequence[RunRecord] = await self._call("list_runs", **filters)
@@ -382,51 +388,24 @@ class FaultyStore:
         )
         return result
 
-    # Properties, so that this store keeps advertisements exactly when the inner
-    # one does: getattr(store, "advertise", None) is None otherwise.
-    @property
-    def advertise(self) -> Callable[..., Awaitable[None]]:
-        """The inner store's ``advertise``, faults permitting (absent when it has none)."""
-        getattr(self.inner, "advertise")  # noqa: B009 - AttributeError: absent here too
+    async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
+        """The inner store's ``advertise``, faults permitting (see :attr:`capabilities`)."""
+        await self._call("advertise", owner, serves=serves, ttl=ttl)
 
-        async def advertise(owner: str, *, serves: Collection[Served], ttl: float) -> None:
-            await self._call("advertise", owner, serves=serves, ttl=ttl)
+    async def list_workers(self) -> Sequence[WorkerAd]:
+        """The inner store's ``list_workers``, faults permitting (see :attr:`capabilities`)."""
+        result: Sequence[WorkerAd] = await self._call("list_workers")
+        return result
 
-        return advertise
+    async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
+        """The inner store's ``send_message``, faults permitting (see :attr:`capabilities`)."""
+        result: Message = await self._call("send_message", run_id, name, value, now=now)
+        return result
 
-    @property
-    def list_workers(self) -> Callable[[], Awaitable[Sequence[WorkerAd]]]:
-        """The inner store's ``list_workers``, faults permitting (absent when it has none)."""
-        getattr(self.inner, "list_workers")  # noqa: B009 - AttributeError: absent here too
-
-        async def list_workers() -> Sequence[WorkerAd]:
-            result: Sequence[WorkerAd] = await self._call("list_workers")
-            return result
-
-        return list_workers
-
-    # Properties, like delete_run: present exactly when the inner store keeps messages.
-    @property
-    def send_message(self) -> Callable[..., Awaitable[Message]]:
-        """The inner store's ``send_message``, faults permitting (absent when it has none)."""
-        getattr(self.inner, "send_message")  # noqa: B009 - AttributeError: absent here too
-
-        async def send_message(run_id: str, name: str, value: str, *, now: datetime) -> Message:
-            result: Message = await self._call("send_message", run_id, name, value, now=now)
-            return result
-
-        return send_message
-
-    @property
-    def load_messages(self) -> Callable[..., Awaitable[Sequence[Message]]]:
-        """The inner store's ``load_messages``, faults permitting (absent when it has none)."""
-        getattr(self.inner, "load_messages")  # noqa: B009 - AttributeError: absent here too
-
-        async def load_messages(run_id: str, *, after: int = 0) -> Sequence[Message]:
-            result: Sequence[Message] = await self._call("load_messages", run_id, after=after)
-            return result
-
-        return load_messages
+    async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
+        """The inner store's ``load_messages``, faults permitting (see :attr:`capabilities`)."""
+        result: Sequence[Message] = await self._call("load_messages", run_id, after=after)
+        return result
 
     async def watch(self, changed: Callable[[], None]) -> None:
         """The wrapped store's ``watch`` (no faults: notifications are hints), if it has one."""

@@ -1,12 +1,12 @@
-"""Signals: send a running workflow messages, from any process.
+"""Messages: send a running workflow messages, from any process.
 
-The runnable companion of docs/how-to/signals.md: each of its code blocks
+The runnable companion of docs/how-to/messages.md: each of its code blocks
 appears here verbatim, and what the page shows is what this prints. Run it
-with ``python examples/signals.py`` (a few seconds, on real time: it starts
+with ``python examples/messages.py`` (a few seconds, on real time: it starts
 another process). A parcel's run receives the carrier's scans, in order,
 each once: from another process, through a stopped process, parked under a
 worker; and a scan that does not fit is refused when it is sent. The other
-process is a copy of this file: ``python examples/signals.py carrier FOLDER
+process is a copy of this file: ``python examples/messages.py carrier FOLDER
 PARCEL PLACE...``.
 """
 

@@ -1,0 +1,74 @@
+"""A store's optional capabilities: one mechanism to declare them and to ask for them.
+Layer: stores (``tether.stores``).
+
+Layer: stores. The :class:`~._store.Store` protocol is what every store has;
+the rest is optional, in groups of methods: serving workers (``claim_next``),
+advertising workers, deleting runs, keeping messages, watching for changes.
+A store has a capability when it has all of its methods; a store may instead
+*declare* what it has, with a ``capabilities`` attribute (a set of
+:class:`Capability`), and a store that wraps another (``FaultyStore``, a
+tracing or caching wrapper) declares its inner store's, so that it can define
+every method once, plainly, and still be taken for exactly what it wraps.
+Everything that needs an optional part asks :func:`has` (or
+:func:`capabilities_of`); nothing looks methods up by name elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final, cast
+
+from ._mailbox import MAILBOX_METHODS, MailboxStore
+from ._store import ADVERTISE_METHODS, DELETE_METHODS, WORKER_METHODS
+
+__all__ = ("Capability", "METHODS", "capabilities_of", "has", "mailbox_of")
+
+
+class Capability(enum.StrEnum):
+    """An optional part of the store protocol."""
+
+    WORKERS = "workers"  #: ``claim_next``: the store serves ``tether.open_worker``
+    ADVERTISE = "advertise"  #: ``advertise``, ``list_workers``: workers say what they serve
+    DELETE = "delete"  #: ``delete_run``: ``tether runs prune``
+    MESSAGES = "messages"  #: ``send_message``, ``load_messages``: ``engine.send``, ``receive``
+    WATCH = "watch"  #: ``watch``: the store notifies changes (``LISTEN``/``NOTIFY``)
+
+
+#: The methods of each capability.
+METHODS: Final[Mapping[Capability, tuple[str, ...]]] = MappingProxyType(
+    {
+        Capability.WORKERS: WORKER_METHODS,
+        Capability.ADVERTISE: ADVERTISE_METHODS,
+        Capability.DELETE: DELETE_METHODS,
+        Capability.MESSAGES: MAILBOX_METHODS,
+        Capability.WATCH: ("watch",),
+    }
+)
+
+
+def capabilities_of(store: object) -> frozenset[Capability]:
+    """The optional capabilities *store* has: by its methods, narrowed to those it declares.
+
+    Raises:
+        ValueError: its ``capabilities`` attribute names something that is not a capability.
+    """
+    present = (
+        c for c, names in METHODS.items() if all(callable(getattr(store, n, None)) for n in names)
+    )
+    declared = getattr(store, "capabilities", None)
+    if declared is None:
+        return frozenset(present)
+    # A declaration narrows what the methods offer; it never adds a missing method.
+    return frozenset(present) & frozenset(Capability(c) for c in declared)
+
+
+def has(store: object, capability: Capability) -> bool:
+    """Whether *store* has *capability* (see :func:`capabilities_of`)."""
+    return capability in capabilities_of(store)
+
+
+def mailbox_of(store: object) -> MailboxStore | None:
+    """*store* as a :class:`MailboxStore` if it keeps messages, else ``None``."""
+    return cast(MailboxStore, store) if has(store, Capability.MESSAGES) else None
