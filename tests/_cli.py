@@ -21,10 +21,10 @@ import pytest
 import tether
 from tether._cli._main import main
 
+from ._poll import PATIENCE
+
 SRC = Path(tether.__file__).resolve().parent.parent
 ROOT = SRC.parent
-#: How long a command-line process may take (generous: the machine is shared).
-PATIENCE = 60.0
 
 
 @attrs.frozen

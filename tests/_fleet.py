@@ -47,6 +47,8 @@ import trio
 
 import tether
 
+from ._poll import PATIENCE
+
 if TYPE_CHECKING:
     from ._postgres import PostgresServer
 
@@ -54,8 +56,6 @@ STORE_ENV: Final = "TETHER_FLEET_STORE"
 LOG_ENV: Final = "TETHER_FLEET_LOG"
 #: The schema the command line opens a PostgreSQL store in.
 PG_SCHEMA: Final = "tether"
-#: How long a check of the store may keep retrying (a restarting server).
-_CHECK_PATIENCE: Final = 60.0
 
 _pg_lock = threading.Lock()
 _pg_conns: dict[str, Any] = {}  # this process's psycopg connection to each store, once made
@@ -92,7 +92,7 @@ def stored_value_count(spec: str, run_id: str, value: str) -> int:
         f"SELECT count(*) FROM {PG_SCHEMA}.entries "
         "WHERE run_id = %s AND (data::json ->> 'value') = %s"
     )
-    deadline = time.monotonic() + _CHECK_PATIENCE
+    deadline = time.monotonic() + PATIENCE  # a restarting server
     with _pg_lock:
         while True:
             try:

@@ -35,7 +35,8 @@ import tether
 from tether._cli._exits import EXIT_INTERRUPTED, EXIT_PAUSED, EXIT_TIMED_OUT
 
 from . import _cli_flows
-from ._cli import PATIENCE, cli, run_tether, tether_env, usage_error
+from ._cli import cli, run_tether, tether_env, usage_error
+from ._poll import PATIENCE
 
 FLOWS = "tests._cli_flows"
 

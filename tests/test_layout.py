@@ -122,7 +122,7 @@ def _private_imports() -> Iterator[str]:
                     continue
                 if f"{source}.{imported}" in MODULES:
                     continue  # a private submodule, not a private name
-                yield (f"{_relative(name)}:{node.lineno}: from {source} import {imported}")
+                yield f"{_relative(name)}:{node.lineno}: from {source} import {imported}"
 
 
 def test_no_private_names_imported() -> None:

@@ -52,11 +52,10 @@ from tether._cli._main import StoreSpec
 from tether.stores import Entry, RunRecord, RunStatus, Store
 
 from . import _lease_process as lease
+from ._poll import PATIENCE
 
 HELPER = Path(__file__).resolve().with_name("_lease_process.py")
 KINDS = ["sqlite", "file"]
-#: How long any one thing a test waits for may take before the test fails.
-PATIENCE = 30.0
 
 Line = dict[str, Any]
 
