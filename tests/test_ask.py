@@ -558,7 +558,7 @@ async def test_open_run_reports_the_pause(autojump_clock: trio.abc.Clock) -> Non
         last = events[-1]
         assert isinstance(last, tether.RunPaused)
         assert [r.key for r in last.requests] == ["ask#0"]
-        assert "waiting for answers to ask#0" in tether.describe_event(last)
+        assert "waiting for responses to ask#0" in tether.describe_event(last)
 
 
 async def test_open_resume_answers_and_reports_live(autojump_clock: trio.abc.Clock) -> None:

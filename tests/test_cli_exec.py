@@ -6,7 +6,7 @@ here, named for what is true now:
 - a result that is not a string is printed as JSON, as ``runs show`` shows it;
 - an expired ``--timeout`` says so, and how to resume the run (exit 4);
 - two answers for one request key are a usage error; nothing is journaled;
-- the "answer with" hint works copied as is, and ``resume`` never creates a store;
+- the "respond with" hint works copied as is, and ``resume`` never creates a store;
 - a missing ``MODULE:ATTR`` is reported missing; a conflict names ``tether
   resume``, not ``engine.resume``; a bad argument names its parameter; a
   failure is printed once (on stderr); a refused run is never "started";
@@ -81,7 +81,7 @@ def test_pause_then_resume_with_live_progress(tmp_path: Path) -> None:
         "",
         "run c-1 is paused, waiting for:",
         '  ask#0 (bool): {"total": 5}',
-        f"answer with: tether resume c-1 --import {FLOWS} --store {spec} --respond 'ask#0=...'",
+        f"respond with: tether resume c-1 --import {FLOWS} --store {spec} --respond 'ask#0=...'",
     ]
     r = cli("resume", "c-1", "--import", FLOWS, "--respond", "ask#0=true", "--store", spec)
     assert r.status == 0, r.err
@@ -163,8 +163,8 @@ def test_two_answers_for_one_request_are_a_usage_error(
         capsys=capsys,
     )
     assert (
-        "error: --respond answers 'ask#0' twice ('ask#0=true' and 'ask#0=false'); "
-        "answer each request once"
+        "error: --respond gives 'ask#0' twice ('ask#0=true' and 'ask#0=false'); "
+        "respond to each request once"
     ) in err
     after = cli("runs", "show", "c-1", "--json", "--store", spec).out
     assert after == before  # nothing executed, nothing journaled
@@ -176,9 +176,9 @@ def test_the_answer_hint_works_copied_as_is(tmp_path: Path) -> None:
     proc = run_tether(*argv, "--store", "sqlite:runs.db", cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     (hint,) = [
-        line.removeprefix("answer with: ")
+        line.removeprefix("respond with: ")
         for line in proc.stdout.splitlines()
-        if line.startswith("answer with: ")
+        if line.startswith("respond with: ")
     ]
     assert hint == (
         f"tether resume c-1 --import {FLOWS} --store sqlite:runs.db --respond 'ask#0=...'"

@@ -209,7 +209,7 @@ async def test_show_progress_prints_one_line_per_event(autojump_clock: trio.abc.
 def test_describe_event() -> None:
     request = tether.Request(key="ok", payload={"q": 1}, response_type="bool")
     assert tether.describe_event(tether.RunPaused(run_id="r", requests=(request,))) == (
-        "run r: paused, waiting for answers to ok"
+        "run r: paused, waiting for responses to ok"
     )
     assert tether.describe_event(tether.RunFinished(run_id="r", result="x" * 100)) == (
         f"run r: completed: '{'x' * 56}..."

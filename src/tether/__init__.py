@@ -1,4 +1,5 @@
 """tether: a Trio-native structured-concurrency workflow engine.
+
 Layer: the package's face, above every layer whose public names it re-exports.
 
 A workflow is a plain ``async def``; its steps are journaled, so a run that

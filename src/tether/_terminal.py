@@ -1,4 +1,5 @@
 """How text reaches a person's terminal: one-line abbreviations and left-aligned tables.
+
 Layer: values, beside :mod:`._errors`; it imports nothing of tether's.
 
 The command line and the bench report both print through it.

@@ -1,4 +1,5 @@
 """tether's version: ``tether.__version__``, ``tether --version`` and the tracer's name.
+
 Layer: values, the bottom layer; it imports nothing.
 """
 

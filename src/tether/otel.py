@@ -1,4 +1,5 @@
 """OpenTelemetry tracing: a span per run execution and per step.
+
 Layer: tracing (``tether.otel``).
 
 ``tether.open_engine(store, hooks=[tether.otel.TracingHooks()])`` records,

@@ -1,4 +1,5 @@
 """Human input: ``tether.ask()``, and how a run answers it or settles on it.
+
 Layer: the API of workflow code (``_api``).
 
 A request's key is fixed when ``ask`` is called, like a step's. A response

@@ -1,4 +1,5 @@
 """``tether.child()``: a workflow that another starts as a run of its own.
+
 Layer: the API of workflow code (``_api``).
 
 A child run has its own journal, lease and status, like any run. The call
@@ -357,7 +358,7 @@ def _check_same(
 def _paused(run: RunState, paused: Paused) -> ChildPausedError:
     keys = ", ".join(r.key for r in paused.requests) or "none"
     return ChildPausedError(
-        f"child run {paused.run_id!r} of run {run.run_id!r} paused on {keys}: answer it with "
+        f"child run {paused.run_id!r} of run {run.run_id!r} paused on {keys}: respond to it with "
         f"engine.resume({paused.run_id!r}, responses=...), then resume run {run.run_id!r} "
         "(its call returns the child's result then)",
         run_id=paused.run_id,

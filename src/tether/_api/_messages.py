@@ -1,4 +1,5 @@
 """The messages a workflow declares: ``@tether.workflow(messages={"approve": bool})``.
+
 Layer: the API of workflow code (``_api``).
 
 A workflow declares the messages it takes, by name and type, checked when it

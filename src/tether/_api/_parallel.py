@@ -1,4 +1,5 @@
 """``tether.parallel()``: a nursery inside a run whose children are tracked and journaled.
+
 Layer: the API of workflow code (``_api``).
 
 A child's key and position are fixed when it is started, in program order,

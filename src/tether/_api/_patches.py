@@ -1,4 +1,5 @@
 """``tether.patched()`` and ``tether.deprecate_patch()``: changing a workflow with runs in flight.
+
 Layer: the API of workflow code (``_api``).
 
 A change to a workflow's calls (a step added, removed, moved, or called

@@ -1,4 +1,5 @@
 """``tether.receive``: a run takes the messages sent to it, each exactly once.
+
 Layer: the API of workflow code (``_api``).
 
 A receive is a call like a step: it takes its key (``receive.approve#n``,

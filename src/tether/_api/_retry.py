@@ -1,4 +1,5 @@
 """Retry policies: ``@tether.step(retry=tether.Retry(...))``.
+
 Layer: the API of workflow code (``_api``).
 
 A policy says how many attempts a step gets, which errors are worth another

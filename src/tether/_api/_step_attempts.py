@@ -1,4 +1,5 @@
 """A step's attempts: its ``retries``, or its ``retry`` policy with a durable backoff.
+
 Layer: the API of workflow code (``_api``).
 
 What :func:`~._steps.execute_step` runs in place of the step function when
@@ -28,7 +29,22 @@ from .._core._run import RunState
 from ._retry import journal_failure, next_attempt_at
 from ._step_def import StepDef
 
-__all__ = ("attempts",)
+__all__ = ("Tries", "attempts")
+
+
+class Tries:
+    """A step call's attempts as they go: the one running now, and the one it returned from.
+
+    The step's end hook reports the attempt a step ended on, also when it
+    raised out of one.
+    """
+
+    __slots__ = ("current", "ended")
+
+    def __init__(self) -> None:
+        self.current = 0  #: the attempt running now (0: none started yet)
+        self.ended: int | None = None  #: the attempt the step returned from
+
 
 log = logging.getLogger("tether")
 
@@ -41,8 +57,8 @@ async def attempts(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     args_digest: str,
-    tried: list[int],
-) -> tuple[Any, int]:
+    tries: Tries,
+) -> Any:
     """Run the step's attempts (``retries``, or its ``retry`` policy); its value and attempt.
 
     With ``retries``, a failed attempt is retried at once, and nothing of it
@@ -54,8 +70,8 @@ async def attempts(
     in the journal with a ``next_at`` (a crash or a restart mid-backoff, a
     run parked on its backoff) waits until then and goes on with the next
     attempt; one whose last failed attempt has none (the step gave up, and
-    the run failed) starts a new round from attempt 1. *tried* holds the
-    attempt running now.
+    the run failed) starts a new round from attempt 1. *tries* is told the
+    attempt running now, and the one the step returned from.
     """
     policy = step.retry
     total = step.retries + 1 if policy is None else policy.attempts
@@ -67,7 +83,7 @@ async def attempts(
             attempt = last.attempt + 1
             await run.sleep_until(next_at)
     while True:
-        tried[0] = attempt
+        tries.current = attempt
         started = run.clock.now()
         failure: Exception | None = None
         # A fresh frame per attempt: nested steps get keys under this step,
@@ -79,7 +95,8 @@ async def attempts(
             else:
                 with trio.fail_after(step.timeout):
                     value = await step.fn(*args, **kwargs)
-            return value, attempt
+            tries.ended = attempt
+            return value
         except Exception as exc:
             failure = exc
         finally:

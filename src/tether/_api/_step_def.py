@@ -1,4 +1,5 @@
 """What executing a step needs of its definition: the :class:`StepDef` protocol.
+
 Layer: the API of workflow code (``_api``), its lowest module.
 
 A step is defined by :class:`~._workflow.Step` and executed by :mod:`._steps`

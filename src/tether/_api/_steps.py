@@ -1,9 +1,10 @@
 """A step call: run the step in the calling task and journal it, or replay it.
 
-A step call (:func:`call_step`) runs the step in the calling task, or
-replays it from the journal; its key and position are fixed when it is
-called (or, in a ``parallel()`` block, when it is started), and a replayed
-call must match the journal (:mod:`._replay`). Its result is snapshotted when it
+Layer: the API of workflow code (``_api``). A step call (:func:`call_step`)
+runs the step in the calling task, or replays it from the journal; its key
+and position are fixed when it is called (or, in a ``parallel()`` block,
+when it is started), and a replayed call must match the journal
+(:mod:`tether._core._replay`). Its result is snapshotted when it
 returns, before any other task runs, and returned only once its record is
 stored (durable before visible). A step started in a ``parallel()`` block
 runs here too, in its own task (:mod:`._parallel`), and may hand its record
@@ -30,7 +31,7 @@ from .._core._replay import undecodable
 from .._core._run import RunState
 from .._errors import CodecError, NotInRunError
 from ..stores._records import Entry, EntryKind
-from ._step_attempts import attempts
+from ._step_attempts import Tries, attempts
 from ._step_def import StepDef
 
 #: How a ``parallel()`` child hands its step's record to the block's saver:
@@ -97,8 +98,15 @@ async def execute_step(
     workflow code a schedule point too (a ``parallel()`` *child* was just
     scheduled). The save that follows does not yield to the run's own
     cancellation. For a child without step hooks whose record the store
-    cannot take at once, the record is handed to the saver and
+    cannot take at once, the record is handed to the block (*child*) and
     :data:`HANDED_OFF` returned: the block waits for it and reports its end.
+
+    Its phases, each a function below: :func:`_enter` (the call is this
+    task's and this key's first), the checkpoint, :func:`_replayed` (the
+    journal has it) or :func:`_execute` (run it: :func:`_run_fn`, then
+    :func:`_entries` snapshots its result, :func:`_store` saves it,
+    :func:`_stored` tells hooks and observers), with :func:`_ended` telling
+    them it ended.
 
     Raises:
         NonDeterminismError: the call diverges from the journal (other
@@ -108,8 +116,35 @@ async def execute_step(
         CheckpointCorruptError: the journaled result is not JSON.
         Exception: whatever the step raised (after its retries), or its save.
     """
-    task = trio.lowlevel.current_task()
-    if caller is not None and caller.task is not task:
+    _enter(run, step, key, position, child, caller)
+    if child is None:
+        await trio.lowlevel.checkpoint()
+    else:  # a task just scheduled: a cancel point is enough
+        await trio.lowlevel.checkpoint_if_cancelled()
+    what = (_STEP_WHAT, key, run.run_id)
+    args_digest = digest(_encode_args(args, kwargs, what=what))
+    entry = run.journal.get(key)
+    if entry is not None:
+        return _replayed(run, step, key, position, entry, args_digest)
+    return await _execute(run, step, key, position, args, kwargs, args_digest, child, caller)
+
+
+def _enter(
+    run: RunState,
+    step: StepDef[Any],
+    key: str,
+    position: int,
+    child: HandOff | None,
+    caller: Frame | None,
+) -> None:
+    """The call is awaited by the task that made it, and is the first at *key*; reach it.
+
+    Raises:
+        NotInRunError: another task awaits it (one tether does not track).
+        UsageError: a call at *key* was made already in this execution.
+        NonDeterminismError: the journal has another call at this position.
+    """
+    if caller is not None and caller.task is not trio.lowlevel.current_task():
         raise NotInRunError(
             f"step {step.name!r} was used in a task tether does not track (one started in a "
             f"plain trio nursery inside run {run.run_id!r}); start it with tether.parallel() "
@@ -122,15 +157,20 @@ async def execute_step(
     replay = run.replay
     if replay is not None and child is None:  # (a child's was reached when it was started)
         replay.reach("step", key, position)  # reached when called, cancelled or not
-    if child is None:
-        await trio.lowlevel.checkpoint()
-    else:  # a task just scheduled: a cancel point is enough
-        await trio.lowlevel.checkpoint_if_cancelled()
-    what = (_STEP_WHAT, key, run.run_id)
-    args_digest = digest(_encode_args(args, kwargs, what=what))
-    entry = run.journal.get(key)
-    if entry is not None:
-        return _replayed(run, step, key, position, entry, args_digest)
+
+
+async def _execute(
+    run: RunState,
+    step: StepDef[Any],
+    key: str,
+    position: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    args_digest: str,
+    child: HandOff | None,
+    caller: Frame | None,
+) -> Any:
+    """Run the step, snapshot its result and store it; tell hooks and observers."""
     observer = run.observer
     event = (
         HookEvent(
@@ -140,10 +180,8 @@ async def execute_step(
         else None
     )
     propagating: BaseException | None = None
-    attempt: int | None = None  # the attempt the step ended on, once known
-    tried = [0]  # the attempt running now (the retry loop's)
+    tries = Tries()  # the attempt running now, and the one the step ended on
     handed_off = False  # the block reports this step's end
-    marked: Sequence[Entry] = ()  # patch markers this step's save carries
     try:
         if observer is not None:
             observer(StepStarted(run_id=run.run_id, key=key, name=step.name))
@@ -153,96 +191,172 @@ async def execute_step(
         # clock (their backoff is measured on it): its record too.
         policy = step.retry is not None
         started = run.clock.now() if policy else _now(UTC)
-        if step.retries or policy or step.timeout is not None:
-            value, attempt = await attempts(
-                run, step, key, position, args, kwargs, args_digest, tried
-            )
-        elif caller is not None:  # the common case: the caller's frame is the step's a while
-            # Nested calls key under this step: no frame to make per call. (A
-            # parallel() block keys its children by its own Frame, see there.)
-            path, counters = caller.path, caller.counters
-            caller.path, caller.counters = key, None
-            try:
-                value = await step.fn(*args, **kwargs)
-            finally:
-                caller.path, caller.counters = path, counters
-            attempt = 1
-        else:  # a parallel() child, in a task of its own
-            # Reset after: a frame left in the task's context would make a
-            # cycle (task, context, frame) that only the cyclic GC frees.
-            token = frame_var.set(Frame(run, key, task))
-            try:
-                value = await step.fn(*args, **kwargs)
-            finally:
-                frame_var.reset(token)
-            attempt = 1
-        if replay is not None:
-            replay.ended(key, f"step {key}")  # every journaled nested call was reached
-        # Snapshot now, synchronously: no other task runs before the value
-        # is encoded, so nothing can change what is stored.
-        text, decoded = _snapshot(value, step.signature.return_type, what=what)
-        saver = run.saver
-        entries: tuple[Entry, ...] = (
-            # (kind STEP and status COMPLETED by default)
-            Entry(
-                run_id=run.run_id,
-                key=key,
-                value=text,
-                args_digest=args_digest,
-                started_at=started,
-                finished_at=run.clock.now() if policy else _now(UTC),
-                attempt=attempt,
-                token=run.token,
-                seq=saver.next_seq,  # numbered ahead when the store takes it at once
-                position=position,
-            ),
+        value = await _run_fn(run, step, key, position, args, kwargs, args_digest, caller, tries)
+        finished = run.clock.now() if policy else _now(UTC)
+        decoded, entries = _entries(
+            run, step, key, position, value, args_digest, tries.ended or 1, started, finished
         )
-        if run.markers:
-            marked = run.take_markers()
-            entries = (*marked, *entries)
-        if saver.caller_cancelled:
-            await saver.refuse(entries)
-        done = saver.append_now(entries)
-        if done is None:
-            if child is not None and event is None:
-                child(run, step.name, decoded, entries)
-                handed_off = True
-                return HANDED_OFF
-            done = await saver.save(entries)
-        stored = done[-1]  # after the markers it carried, if any
-        marked = ()
-        run.journal[key] = stored
-        if observer is not None:
-            observer(CheckpointStored(run_id=run.run_id, key=key, name=step.name, entry=stored))
-        if event is not None:
-            await saver.shielded(
-                f"hook on_checkpoint for {key} in run {run.run_id!r}",
-                run.hooks.call,
-                "on_checkpoint",
-                attrs.evolve(event, entry=stored),
+        try:
+            stored = await _store(
+                run, step, key, entries, decoded, child if event is None else None
             )
+        except BaseException:
+            if len(entries) > 1:  # the patch markers it carried go with the next save
+                run.put_back(entries[:-1])
+            raise
+        if stored is None:
+            handed_off = True
+            return HANDED_OFF
+        await _stored(run, step, key, stored, event)
         return decoded
     except BaseException as exc:
         propagating = exc
         note_key(exc, key)
-        if marked:
-            run.put_back(marked)
         raise
     finally:
         if not handed_off:
-            if event is not None:
-                if attempt is None and (
-                    isinstance(propagating, Exception) or not (step.retries or step.retry)
-                ):
-                    # it raised out of its last (or only) attempt
-                    attempt = tried[0] or step.retries + 1
-                ended = attrs.evolve(event, exception=propagating, attempt=attempt)
-                await run.end_hook("on_step_end", ended, propagating)
-            if observer is not None:
-                observer(
-                    StepFinished(run_id=run.run_id, key=key, name=step.name, exception=propagating)
-                )
+            await _ended(run, step, key, event, tries, propagating)
         del propagating
+
+
+async def _run_fn(
+    run: RunState,
+    step: StepDef[Any],
+    key: str,
+    position: int,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    args_digest: str,
+    caller: Frame | None,
+    tries: Tries,
+) -> Any:
+    """Run the step's function (its attempts, when it may be tried more than once)."""
+    if step.retries or step.retry is not None or step.timeout is not None:
+        value = await attempts(run, step, key, position, args, kwargs, args_digest, tries)
+    elif caller is not None:  # the common case: the caller's frame is the step's a while
+        # Nested calls key under this step: no frame to make per call. (A
+        # parallel() block keys its children by its own Frame, see there.)
+        path, counters = caller.path, caller.counters
+        caller.path, caller.counters = key, None
+        try:
+            value = await step.fn(*args, **kwargs)
+        finally:
+            caller.path, caller.counters = path, counters
+        tries.ended = 1
+    else:  # a parallel() child, in a task of its own
+        # Reset after: a frame left in the task's context would make a
+        # cycle (task, context, frame) that only the cyclic GC frees.
+        token = frame_var.set(Frame(run, key, trio.lowlevel.current_task()))
+        try:
+            value = await step.fn(*args, **kwargs)
+        finally:
+            frame_var.reset(token)
+        tries.ended = 1
+    replay = run.replay
+    if replay is not None:
+        replay.ended(key, f"step {key}")  # every journaled nested call was reached
+    return value
+
+
+def _entries(
+    run: RunState,
+    step: StepDef[Any],
+    key: str,
+    position: int,
+    value: Any,
+    args_digest: str,
+    attempt: int,
+    started: datetime,
+    finished: datetime,
+) -> tuple[Any, tuple[Entry, ...]]:
+    """The step's result snapshotted (decoded back), and the entries that store it.
+
+    Synchronous, so no other task runs before the value is encoded and
+    nothing can change what is stored. The entries end with the step's;
+    patch markers waiting for a save come before it.
+    """
+    text, decoded = _snapshot(value, step.signature.return_type, what=(_STEP_WHAT, key, run.run_id))
+    entry = Entry(  # (kind STEP and status COMPLETED by default)
+        run_id=run.run_id,
+        key=key,
+        value=text,
+        args_digest=args_digest,
+        started_at=started,
+        finished_at=finished,
+        attempt=attempt,
+        token=run.token,
+        seq=run.saver.next_seq,  # numbered ahead when the store takes it at once
+        position=position,
+    )
+    if run.markers:
+        return decoded, (*run.take_markers(), entry)
+    return decoded, (entry,)
+
+
+async def _store(
+    run: RunState,
+    step: StepDef[Any],
+    key: str,
+    entries: tuple[Entry, ...],
+    decoded: Any,
+    child: HandOff | None,
+) -> Entry | None:
+    """Store *entries*; the step's stored entry, or ``None`` once handed to the block (*child*).
+
+    Durable before visible: it returns once the store took them. A child
+    whose record the store cannot take at once hands it to its block instead.
+    """
+    saver = run.saver
+    if saver.caller_cancelled:
+        await saver.refuse(entries)
+    done = saver.append_now(entries)
+    if done is None:
+        if child is not None:
+            child(run, step.name, decoded, entries)
+            return None
+        done = await saver.save(entries)
+    stored = done[-1]  # after the markers it carried, if any
+    run.journal[key] = stored
+    return stored
+
+
+async def _stored(
+    run: RunState, step: StepDef[Any], key: str, stored: Entry, event: HookEvent | None
+) -> None:
+    """Tell the observer and the ``on_checkpoint`` hooks that the step's record is stored."""
+    observer = run.observer
+    if observer is not None:
+        observer(CheckpointStored(run_id=run.run_id, key=key, name=step.name, entry=stored))
+    if event is not None:
+        await run.saver.shielded(
+            f"hook on_checkpoint for {key} in run {run.run_id!r}",
+            run.hooks.call,
+            "on_checkpoint",
+            attrs.evolve(event, entry=stored),
+        )
+
+
+async def _ended(
+    run: RunState,
+    step: StepDef[Any],
+    key: str,
+    event: HookEvent | None,
+    tries: Tries,
+    propagating: BaseException | None,
+) -> None:
+    """Tell the ``on_step_end`` hooks and the observer that the step ended (how)."""
+    if event is not None:
+        attempt = tries.ended
+        if attempt is None and (
+            isinstance(propagating, Exception) or not (step.retries or step.retry)
+        ):
+            # it raised out of its last (or only) attempt
+            attempt = tries.current or step.retries + 1
+        ended = attrs.evolve(event, exception=propagating, attempt=attempt)
+        await run.end_hook("on_step_end", ended, propagating)
+    observer = run.observer
+    if observer is not None:
+        observer(StepFinished(run_id=run.run_id, key=key, name=step.name, exception=propagating))
 
 
 def _replayed(

@@ -1,4 +1,5 @@
 """Streaming steps: ``open_stream`` and the producer task behind it.
+
 Layer: the API of workflow code (``_api``).
 
 A stream follows ``trio.as_safe_channel``: the generator runs in a producer

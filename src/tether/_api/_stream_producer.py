@@ -1,4 +1,5 @@
 """The producer side of a streaming step: the task that runs the generator.
+
 Layer: the API of workflow code (``_api``).
 
 :class:`Producer` is the base of :class:`~tether._api._stream.Stream`: its

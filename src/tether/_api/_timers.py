@@ -1,4 +1,5 @@
 """Durable timers: ``tether.sleep`` and ``tether.sleep_until``.
+
 Layer: the API of workflow code (``_api``).
 
 A timer is a call like a step: it takes its key (``path/sleep#n``) and

@@ -1,4 +1,5 @@
 """What the command line is given: modules, ``MODULE:WORKFLOW``, arguments, answers.
+
 Layer: the command line (``_cli``).
 
 Everything here is checked before anything executes or any store is opened;
@@ -146,8 +147,8 @@ def parse_responses(pairs: Sequence[str]) -> dict[str, Any]:
             raise BadUsage(f"--respond takes KEY=VALUE, not {pair!r}")
         if key in given:
             raise BadUsage(
-                f"--respond answers {key!r} twice ({given[key]!r} and {pair!r}); "
-                "answer each request once"
+                f"--respond gives {key!r} twice ({given[key]!r} and {pair!r}); "
+                "respond to each request once"
             )
         given[key] = pair
         responses[key] = parse_value(value)

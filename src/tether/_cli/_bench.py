@@ -1,4 +1,5 @@
 """``tether bench cancel`` / ``steps`` / ``throughput``: the benches of :mod:`tether.bench`.
+
 Layer: the command line (``_cli``).
 
 ``tether bench cancel MODULE:WORKFLOW [ARGS...]`` imports the workflow and

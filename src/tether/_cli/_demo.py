@@ -1,4 +1,5 @@
 """``python -m tether demo``: a checkout workflow told as a terminal story, on SQLite.
+
 Layer: the command line (``_cli``).
 
 Four chapters, each ending in claims the demo checks itself (the exit status

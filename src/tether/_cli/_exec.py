@@ -1,4 +1,5 @@
 """``tether run`` and ``tether resume``: execute a workflow with live progress.
+
 Layer: the command line (``_cli``).
 
 Both print one line per event of the run as it happens (built on
@@ -226,7 +227,7 @@ async def _report(
             payload = json_text(request.payload)
             print(f"  {request.key} ({request.response_type}): {payload}", file=out)
         responds = [x for r in outcome.requests for x in ("--respond", f"{r.key}=...")]
-        print(f"answer with: {plan.resume(*responds)}", file=out)
+        print(f"respond with: {plan.resume(*responds)}", file=out)
         return EXIT_PAUSED
     if not isinstance(outcome, Exception):
         progress.show_start()

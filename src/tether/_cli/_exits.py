@@ -1,4 +1,5 @@
 """The command line's exit statuses, and how its help lists them.
+
 Layer: the command line (``_cli``).
 
 One table for every command, so ``--help``, the messages and the docs say

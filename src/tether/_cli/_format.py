@@ -1,4 +1,5 @@
 """How the command line prints runs: a run's state in words, ``runs list``, JSON.
+
 Layer: the command line (``_cli``).
 
 Everything here writes text (or JSON) to a stream it is given, and reads

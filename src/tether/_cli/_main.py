@@ -1,4 +1,5 @@
 """The ``tether`` command line: the parser, and :func:`main`, which dispatches.
+
 Layer: the command line (``_cli``).
 
 ``tether demo`` tells the checkout story on SQLite. ``tether runs list`` /

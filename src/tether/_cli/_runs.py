@@ -1,4 +1,5 @@
 """``tether runs list``, ``show``, ``cancel`` and ``prune``: read a store, cancel or delete.
+
 Layer: the command line (``_cli``).
 
 The ``runs`` commands never create a store (``StoreSpec.open_existing``), and

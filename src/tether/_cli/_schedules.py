@@ -1,4 +1,5 @@
 """``tether schedules list``: the schedules of the imported modules, and their last runs.
+
 Layer: the command line (``_cli``).
 
 ``tether schedules list --import MODULE`` imports the modules and takes the

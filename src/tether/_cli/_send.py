@@ -1,4 +1,5 @@
 """``tether send RUN NAME VALUE``: send a message to a run (``engine.send``).
+
 Layer: the command line (``_cli``).
 
 ``tether send order-7 approve true --import shop.flows`` gives run

@@ -1,4 +1,5 @@
 """``runs show``: one run in full, its state, pending requests, messages and journal.
+
 Layer: the command line (``_cli``).
 
 The longest of the run printers, and the only one that shows a journal entry's

@@ -1,4 +1,5 @@
 """Stores named on the command line: ``sqlite:PATH``, ``file:DIR``, ``postgresql://…``.
+
 Layer: the command line (``_cli``).
 
 A spec is shown (in messages, hints and listings) without credentials: a

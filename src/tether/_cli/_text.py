@@ -1,4 +1,5 @@
 """The command line's words for things that are not runs: times, tables, commands, values.
+
 Layer: the command line (``_cli``).
 
 Times in UTC and durations, one-line abbreviations cut to the terminal, left-aligned

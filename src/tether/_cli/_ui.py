@@ -1,4 +1,5 @@
 """``tether ui``: the dashboard, served until Ctrl-C (needs ``tether[ui]``).
+
 Layer: the command line (``_cli``).
 
 ``tether ui --store URL`` serves the dashboard (:mod:`tether._ui._app`) on

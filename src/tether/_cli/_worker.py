@@ -1,4 +1,5 @@
 """``tether worker`` and ``tether submit``: the queue from the command line.
+
 Layer: the command line (``_cli``).
 
 ``tether worker --store URL --import MODULE`` serves the workflows MODULE

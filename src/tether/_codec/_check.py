@@ -1,4 +1,5 @@
 """How a value fails the codec: the round-trip comparison and the one-line error text.
+
 Layer: the codec (``_codec``).
 
 :meth:`Codec.snapshot <._values.Codec.snapshot>` decodes what it just encoded

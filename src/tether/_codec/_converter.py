@@ -1,4 +1,5 @@
 """The codec's converter: one strict ``cattrs`` converter for JSON.
+
 Layer: the codec (``_codec``).
 
 The hooks here make decoding strict where cattrs is lenient (``"1"`` is not an

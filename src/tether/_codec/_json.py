@@ -1,4 +1,5 @@
 """The codec's JSON text: canonical writing, strict reading, the nesting bound, digests.
+
 Layer: the codec (``_codec``).
 
 Everything here works on JSON-ready primitives (what the converter of

@@ -1,4 +1,5 @@
 """Users' own types for the codec: :func:`register_type`.
+
 Layer: the codec (``_codec``).
 
 A registration gives a class an encoding to JSON values and back. The codec

@@ -1,4 +1,5 @@
 """The codec's hooks for standard-library types that JSON has no form of.
+
 Layer: the codec (``_codec``).
 
 Each of these types is written one way, and only that way is read back, so

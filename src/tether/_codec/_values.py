@@ -1,4 +1,5 @@
 """The private value codec: typed Python values <-> JSON text.
+
 Layer: the codec (``_codec``).
 
 One ``cattrs`` converter, configured for JSON and never the global one. The

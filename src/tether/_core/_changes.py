@@ -1,4 +1,5 @@
 """What wakes waiters on runs: a generation count of changes, bumped as they are seen.
+
 Layer: the kernel (``_core``).
 
 ``engine.wait`` and workers re-read the store when something may have

@@ -1,4 +1,5 @@
 """``cleanup_scope``: a bounded shield for a generator's (or any) cleanup that must await.
+
 Layer: the kernel (``_core``).
 
 Separate from the streams themselves: it is public on its own, and works

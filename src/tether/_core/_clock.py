@@ -1,4 +1,5 @@
 """The engine's wall clock: what durable timers and schedules measure against.
+
 Layer: the kernel (``_core``).
 
 A durable wait (a timer, a retry's backoff, a schedule's tick) is journaled

@@ -1,4 +1,5 @@
 """How a failure is stored: the step key noted on an exception, and its :class:`ErrorInfo`.
+
 Layer: the kernel (``_core``).
 
 An exception that leaves a step (or a stream, a child run, a failed

@@ -1,4 +1,5 @@
 """Live events of a run: what :meth:`Engine.open_run <tether.Engine.open_run>` reports.
+
 Layer: the kernel (``_core``).
 
 The engine tells a run's *observer* (a plain callable, set on the run's
@@ -136,7 +137,7 @@ class MessageReceived(RunEvent):
 @final
 @attrs.frozen(kw_only=True)
 class RunPaused(RunEvent):
-    """The run settled waiting for answers to its requests (``tether.ask``)."""
+    """The run settled waiting for responses to its requests (``tether.ask``)."""
 
     requests: tuple[Request, ...] = ()  #: what it waits for, as in ``tether.Paused``
 

@@ -1,4 +1,5 @@
 """Where a tracked task is in its run, and the key and position its next call takes.
+
 Layer: the kernel (``_core``).
 
 Every task tether tracks runs with a :class:`Frame` in a context variable:

@@ -1,4 +1,5 @@
 """Hook events and their dispatch: what an engine's ``hooks=`` objects are told, and when.
+
 Layer: the kernel (``_core``).
 """
 

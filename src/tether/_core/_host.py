@@ -1,4 +1,5 @@
 """The engine executing a run, as the run's own code sees it: the :class:`Host` protocol.
+
 Layer: the kernel (``_core``).
 
 A run's state (:class:`~._run.RunState`) holds its host so that the calls

@@ -1,4 +1,5 @@
 """Small helpers for the nurseries tether opens on its users' behalf: their errors unwrapped.
+
 Layer: the kernel (``_core``).
 """
 

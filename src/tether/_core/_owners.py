@@ -1,4 +1,5 @@
 """Owners of runs: an engine's name ``host:pid:engine-id``, and whether an owner is gone.
+
 Layer: the kernel (``_core``).
 
 Each :func:`tether.open_engine` is one owner. Whether an owner still exists is

@@ -1,4 +1,5 @@
 """Replay: the journal an execution loaded, matched call by call.
+
 Layer: the kernel (``_core``).
 
 Every call a run makes (a step, a stream, an ``ask``, a durable timer, a

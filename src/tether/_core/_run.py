@@ -1,4 +1,5 @@
 """The state one execution of a run shares between its tasks.
+
 Layer: the kernel (``_core``).
 
 :class:`RunState` holds the journal, settlement (when every task waits in

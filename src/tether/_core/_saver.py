@@ -1,4 +1,5 @@
 """The save path of one execution, and its other shielded calls.
+
 Layer: the kernel (``_core``).
 
 Every journal entry of an execution is written by one :class:`Saver`, in one

@@ -1,4 +1,5 @@
 """Tracked shields and parked waits: what the caller's cancellation cuts short.
+
 Layer: the kernel (``_core``).
 
 The base of an execution's :class:`~tether._core._saver.Saver`. A call that

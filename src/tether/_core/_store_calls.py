@@ -1,4 +1,5 @@
 """How the engine calls a store: its errors as :class:`StoreError`, its optional fast append.
+
 Layer: the kernel (``_core``).
 
 Every module that writes or reads a store wraps the call in :class:`StoreErrors`;

@@ -1,4 +1,5 @@
 """Which code an engine runs for a stored run: the workflows it was handed, then the registry.
+
 Layer: the engine (``_engine``).
 
 Kept apart from the engine so that every path that needs a run's workflow

@@ -1,4 +1,5 @@
 """Acting on a run through the store without executing it: submit, wait and cancel.
+
 Layer: the engine (``_engine``).
 
 These are the engine calls that work from any process sharing the store:

@@ -1,17 +1,26 @@
 """The engine: the public API of runs (run, resume, submit, wait, cancel, inspect) and open_engine.
 
-:class:`Engine` is the public face: each method checks its arguments
-(:mod:`._engine_inputs`) and hands the work to the part that does it:
+Layer: the engine (``_engine``), its face. :class:`Engine` shows users'
+methods only: each checks its arguments (:mod:`._inputs`) and hands the
+work to the part that does it:
 
-- :mod:`._engine_launch` reads a run, claims its lease (:mod:`._ownership`)
-  and hands the claimed run to one :class:`~._execution.Execution`, which
-  owns the nurseries, the lease and the outcome of that execution;
-- :mod:`._engine_control` submits, waits for and cancels runs through the
-  store without executing them;
-- :mod:`._engine_info` reads stored runs as :class:`RunInfo`;
-- :mod:`._engine_catalog` finds the code of a stored run's workflow.
+- :mod:`._launch` reads a run, claims its lease (:mod:`._ownership`) and
+  hands the claimed run to one :class:`~._execution.Execution`, which owns
+  the nurseries and the lease of that execution, and its
+  :class:`~._outcomes.Outcome`;
+- :mod:`._control` submits, waits for and cancels runs through the store
+  without executing them;
+- :mod:`._info` reads stored runs as :class:`RunInfo`;
+- :mod:`._catalog` finds the code of a stored run's workflow.
 
-``open_engine`` owns the store's lifetime and the engine's one lease task.
+:class:`Internals` is what workers and a run's own code need beyond that
+(:func:`internals`): the engine's leases, its changes, executing a claimed
+run. ``open_engine`` owns the store's lifetime and the engine's one lease task.
+
+Whole because it is one concern, the engine's face: every public method is
+a few lines of argument checks and a docstring (most of the module) that
+hands over to the modules above; :class:`Internals` reads the engine's
+private state, so it lives beside the class whose state it is.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from ._ownership import Leases
 from ._send import send
 from ._serving import live_workers
 
-# RunInfo is re-exported: its home is ._engine_info.
+# RunInfo is re-exported: its home is ._info.
 __all__ = ("Engine", "Internals", "RunInfo", "internals", "open_engine")
 
 P = ParamSpec("P")

@@ -1,5 +1,8 @@
 """One execution of a claimed run: its scopes, its lease, and its outcome.
 
+Layer: the engine (``_engine``). How it ends is stored by its
+:class:`~._outcomes.Outcome`; this module decides which outcome it is.
+
 The shape of one execution (see docs/explanation/cancellation.md)::
 
     engine.run(...)                         caller's task and cancel scopes
@@ -12,7 +15,7 @@ The shape of one execution (see docs/explanation/cancellation.md)::
                 └─ run scope                framework-owned
                    └─ the workflow          steps, parallel() blocks and children, ...
 
-Every record is written by the execution's :class:`~._saver.Saver`: at once
+Every record is written by the execution's :class:`~tether._core._saver.Saver`: at once
 when the store can, inline in a tracked shield when no other save is in
 flight, else in a batch by the saver task, outside the run scope. A task
 waiting for its records (a step, or a ``parallel()`` block waiting for its
@@ -31,7 +34,7 @@ watcher sees exactly as a caller cancellation; ``engine.run`` then raises
 :class:`LeaseLostError`.
 
 Every outcome is stored by one fenced write that also releases the lease
-(:meth:`Execution._store_status`, inherited from :class:`~._outcomes.Outcomes`);
+(:meth:`Outcome.store_status <tether._engine._outcomes.Outcome.store_status>`);
 an execution that stored none (a caller cancellation) has its lease
 released soon after by the engine's lease task.
 """
@@ -45,20 +48,15 @@ import attrs
 import trio
 from outcome import Value
 
-from .._api._workflow import Workflow
 from .._codec._values import codec
 from .._core._frame import Frame, frame_var
-from .._core._hooks import Hooks
 from .._core._nurseries import unwrap_single
 from .._core._replay import Replay
-from .._core._run import RunState
 from .._core._shields import Parked
 from .._core._store_calls import StoreErrors
 from .._errors import LeaseLostError, RunCancelledError
-from ..stores._records import EntryKind, EntryStatus, RunRecord, RunStatus, utcnow
-from ..stores._store import Store
-from ._outcomes import Outcomes
-from ._ownership import Leases
+from ..stores._records import EntryKind, EntryStatus, RunStatus, utcnow
+from ._outcomes import Outcome
 
 __all__ = ("Execution",)
 
@@ -98,17 +96,13 @@ def _releasable(exc: BaseException | None) -> bool:
 
 
 @attrs.define(eq=False)
-class Execution(Outcomes):
+class Execution:
     """One execution of a claimed run, from its lease to its outcome (see the module doc)."""
 
-    store: Store
-    hooks: Hooks
-    leases: Leases
-    state: RunState
-    workflow: Workflow[..., Any]
+    #: what it ends with, and how that is stored; it holds the run's state,
+    #: workflow, store, hooks and leases, which the execution uses too
+    outcome: Outcome
     args: tuple[Any, ...]
-    record: RunRecord
-    original: RunRecord  # as stored before this execution (restored by an undo)
     created: bool = False  # the claim created the run: its journal is empty, not read
     runner_done: bool = False  # the runner task has finished
     _watcher: trio.lowlevel.Task | None = None  # the caller's task, parked until then
@@ -116,11 +110,8 @@ class Execution(Outcomes):
     _parent_wait: Parked | None = None
     lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
-    released: bool = False  # a status write stored the outcome and released the lease
     finished: bool = False  # the workflow returned or raised an Exception
     value: Any = None  # the decoded result
-    result_text: str | None = None  # the encoded result
-    error: Exception | None = None  # what the workflow raised
 
     async def execute(self) -> Any:
         """Execute the claimed run, holding its lease throughout; return or raise its outcome.
@@ -131,11 +122,11 @@ class Execution(Outcomes):
         raises :class:`LeaseLostError` (or :class:`RunCancelledError`, when
         the run turns out cancelled).
         """
-        state, record = self.state, self.record
+        state, record = self.outcome.state, self.outcome.record
         state.saver.lose = self._lose
         if state.parent is not None:  # a child run (tether.child): see Saver.outer
             state.saver.outer = state.parent.saver
-        self.leases.hold(
+        self.outcome.leases.hold(
             record.run_id, record.token, lost=self._lose, cancelled=state.request_cancel
         )
         ending: BaseException | None = None
@@ -150,12 +141,12 @@ class Execution(Outcomes):
             ending = exc
             raise
         finally:
-            self.leases.drop(record.run_id)
-            if not self.released and self.lost is None and _releasable(ending):
+            self.outcome.leases.drop(record.run_id)
+            if not self.outcome.released and self.lost is None and _releasable(ending):
                 # No status was written (a caller cancellation, a store that
                 # failed): release the lease without holding up the caller.
-                self.leases.release_later(
-                    attrs.evolve(self.record, owner=None, updated_at=utcnow())
+                self.outcome.leases.release_later(
+                    attrs.evolve(self.outcome.record, owner=None, updated_at=utcnow())
                 )
             del ending
         # Only a lost lease makes the lease scope catch a cancellation.
@@ -165,15 +156,15 @@ class Execution(Outcomes):
     def _lose(self, exc: LeaseLostError) -> None:
         """The lease is gone: stop like a caller cancellation (the watcher cuts saves
         short and nothing more is written); ``engine.run`` raises *exc*."""
-        if self.lost is None and not self.released:
+        if self.lost is None and not self.outcome.released:
             self.lost = exc
             self.lease_scope.cancel()
 
     async def _load_journal(self, run_id: str) -> None:
         """Load the run's journal for replay (see :mod:`._replay`)."""
-        state = self.state
+        state = self.outcome.state
         with StoreErrors(f"loading the journal of run {run_id!r}"):
-            entries = await self.store.load_entries(run_id)
+            entries = await self.outcome.store.load_entries(run_id)
         state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
         for entry in entries:  # in seq order: the last failed attempt of each step wins
             if entry.status is EntryStatus.FAILED and entry.kind is EntryKind.STEP:
@@ -190,9 +181,9 @@ class Execution(Outcomes):
         when the store does not answer (then it is the LeaseLostError).
         """
         record = None
-        with trio.move_on_after(self.leases.ttl / 3):
+        with trio.move_on_after(self.outcome.leases.ttl / 3):
             try:
-                record = await self.store.get_run(run_id)
+                record = await self.outcome.store.get_run(run_id)
             except Exception as exc:
                 lost.add_note(f"tether: reading run {run_id!r} afterwards failed too: {exc!r}")
         if record is not None and record.status is RunStatus.CANCELLED:
@@ -206,12 +197,12 @@ class Execution(Outcomes):
 
     async def _watch(self) -> Any:
         """Run the execution's guard nursery; the calling task is its watcher."""
-        saver = self.state.saver
+        saver = self.outcome.state.saver
         caller_exc: BaseException | None = None
         try:
             async with trio.open_nursery() as guard:
                 saver.nursery = guard  # the saver task runs here, outside the run scope
-                guard.start_soon(self._runner, name=f"tether run {self.record.run_id}")
+                guard.start_soon(self._runner, name=f"tether run {self.outcome.record.run_id}")
                 # This task is the watcher: it lives outside the run scope, so
                 # the only cancellation that reaches it is the caller's.
                 try:
@@ -221,7 +212,7 @@ class Execution(Outcomes):
                     # First the cancellation reaches every task of the run (a
                     # KeyboardInterrupt has not yet), then what it cannot reach.
                     guard.cancel_scope.cancel()
-                    self.state.saver.cancel_by_caller()
+                    self.outcome.state.saver.cancel_by_caller()
         except BaseExceptionGroup as group:
             # The runner only lets through what it cannot turn into an outcome
             # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
@@ -232,12 +223,12 @@ class Execution(Outcomes):
                 raise caller_exc
             finally:
                 caller_exc = None
-        assert self.finished or self.error is not None
-        if self.error is not None:
+        assert self.finished or self.outcome.error is not None
+        if self.outcome.error is not None:
             try:
-                raise self.error
+                raise self.outcome.error
             finally:
-                self.error = None
+                self.outcome.error = None
         return self.value
 
     async def _wait_for_runner(self) -> None:
@@ -252,8 +243,8 @@ class Execution(Outcomes):
         if self.runner_done:
             await trio.lowlevel.checkpoint()
             return
-        saver = self.state.saver
-        parent = self.state.parent
+        saver = self.outcome.state.saver
+        parent = self.outcome.state.parent
 
         def abort(raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
             if (
@@ -282,7 +273,7 @@ class Execution(Outcomes):
             raise
 
     async def _runner(self) -> None:
-        state = self.state
+        state = self.outcome.state
         try:
             # The run's own scope: what cancels it is framework-owned (a
             # settlement, a recorded cancel, an undo). The workflow runs in
@@ -294,32 +285,34 @@ class Execution(Outcomes):
                     run_scope.cancel()
                 await self._workflow()
             if state.aborted is not None:
-                await self._undo(state.aborted)
+                await self.outcome.undo(state.aborted)
             elif state.cancel_requested and not self.finished:
-                await self._cancelled()
+                await self.outcome.cancelled()
             elif not self.finished and state.parked:
-                await self._park(state.wake_at)  # settled on timers or receives, under a worker
+                await self.outcome.park(
+                    state.wake_at
+                )  # settled on timers or receives, under a worker
             elif not self.finished:
                 # Only a settlement cancels the run's scope and leaves the
                 # workflow unfinished.
                 assert state.settled is not None
-                await self._pause(state.settled)
+                await self.outcome.pause(state.settled)
             else:
-                await self._finish()
+                await self.outcome.finish()
         except BaseException as exc:
             if state.saver.caller_cancelled:
                 # The caller's task raises the caller's cancellation; what the
                 # run was unwinding (Cancelled, a sibling's error) ends here.
-                await self._run_end_hook(_first_cancelled(exc))
+                await self.outcome.run_end_hook(_first_cancelled(exc))
                 return
             if state.parent is not None and _only_cancelled(exc):
                 # A child run stopped by its parent's run (framework-owned: its
                 # saves drained): no status, so it stays resumable; unless the
                 # parent is being cancelled (engine.cancel): then so is this run.
                 if state.cancel_requested or state.parent.cancel_requested:
-                    await self._cancelled()
+                    await self.outcome.cancelled()
                 else:
-                    await self._run_end_hook(_first_cancelled(exc))
+                    await self.outcome.run_end_hook(_first_cancelled(exc))
             raise
         finally:
             self.runner_done = True
@@ -332,25 +325,25 @@ class Execution(Outcomes):
 
     async def _workflow(self) -> None:
         """Run the workflow function (a tracked task: the runner, for the while)."""
-        state = self.state
-        wf = self.workflow
+        state = self.outcome.state
+        wf = self.outcome.workflow
         token = frame_var.set(Frame(state, "", trio.lowlevel.current_task()))
         state.task_started()
         try:
-            if self.hooks.has("on_run_start"):
-                await self.hooks.call("on_run_start", self._run_event(None))
+            if self.outcome.hooks.has("on_run_start"):
+                await self.outcome.hooks.call("on_run_start", self.outcome.run_event(None))
             value = await wf.fn(*self.args)
             if state.replay is not None:
                 state.replay.ended("", f"workflow {wf.name}")  # every journaled call was reached
             # Encoded at once, like a step's result.
-            self.result_text, decoded = codec.snapshot(
+            self.outcome.result_text, decoded = codec.snapshot(
                 value,
                 wf.signature.return_type,
                 what=f"result of workflow {wf.name} (run {state.run_id!r})",
             )
             self.value = decoded
         except Exception as exc:
-            self.error = exc
+            self.outcome.error = exc
         finally:
             state.task_done()
             frame_var.reset(token)

@@ -1,4 +1,5 @@
 """Stored runs as callers see them: :class:`RunInfo`, and reading records strictly.
+
 Layer: the engine (``_engine``).
 
 Everything here reads; nothing executes or writes. ``get_run``,

@@ -1,4 +1,5 @@
 """What callers hand the engine, checked and encoded before anything is read or written.
+
 Layer: the engine (``_engine``).
 
 Run ids, timeouts, the options of ``open_engine``, a workflow's arguments

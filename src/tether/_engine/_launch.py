@@ -1,4 +1,5 @@
 """Where an engine's executions begin: read the run, claim its lease, hand it to an Execution.
+
 Layer: the engine (``_engine``).
 
 ``engine.run``, ``engine.resume`` and a worker's claimed run all end in
@@ -42,6 +43,7 @@ from ._catalog import Catalog
 from ._execution import Execution
 from ._info import check_not_cancelled, decode_result
 from ._inputs import check_responses, decode_args
+from ._outcomes import Outcome
 from ._ownership import Leases
 
 __all__ = ("Launcher",)
@@ -204,17 +206,16 @@ class Launcher:
             park_after=park_after if parent is None else parent.park_after,
             declared_messages=wf.messages,
         )
-        execution = Execution(
+        outcome = Outcome(
             store=self.store,
             hooks=self.hooks,
             leases=self.leases,
             state=state,
             workflow=wf,
-            args=args,
             record=record,
             original=original,
-            created=created,
         )
+        execution = Execution(outcome=outcome, args=args, created=created)
         return await execution.execute()
 
     @contextmanager

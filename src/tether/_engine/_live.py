@@ -1,4 +1,5 @@
 """Live runs: the block of :meth:`Engine.open_run <tether.Engine.open_run>` and its events.
+
 Layer: the engine (``_engine``).
 
 A live run executes in a task of a nursery its block owns, with an observer

@@ -1,26 +1,31 @@
 """How an execution ends: each outcome stored by one fenced write that releases the lease.
 
-The outcome half of :class:`~._execution.Execution` (which inherits it): a
-returned or failed workflow (:meth:`~Outcomes._finish`), a settlement
-stored as paused or parked (:meth:`~Outcomes._settle`), an undone resume
-(a divergence, a bad response), a recorded cancel. Each is one write of the
+Layer: the engine (``_engine``). An :class:`Outcome` holds what an
+:class:`~._execution.Execution` ends with (the run's record as claimed, the
+workflow's result or error, whether the lease was released) and stores it:
+a returned or failed workflow (:meth:`Outcome.finish`), a settlement stored
+as paused or parked (:meth:`Outcome.settle`), an undone resume (a
+divergence, a bad response), a recorded cancel. Each is one write of the
 run's record, shielded and fenced, that also releases the lease
-(:meth:`~Outcomes._store_status`), then the ``on_run_end`` hook. Separate
-from the execution's scopes and tasks, which decide *which* outcome it is.
+(:meth:`Outcome.store_status`), then the ``on_run_end`` hook. The execution,
+with its scopes and tasks, decides *which* outcome it is; this class knows
+nothing of them.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from .._api._receive import unseen
 from .._api._timers import Waiting
+from .._api._workflow import Workflow
 from .._core._error_info import error_info
-from .._core._hooks import HookEvent
+from .._core._hooks import HookEvent, Hooks
+from .._core._run import RunState
 from .._core._store_calls import StoreErrors, mailbox
 from .._errors import (
     LeaseLostError,
@@ -34,36 +39,27 @@ from ..stores._records import RunRecord, RunStatus, request_to_json, utcnow
 from ..stores._store import Store
 from ._ownership import Leases
 
-if TYPE_CHECKING:
-    from .._api._workflow import Workflow
-    from .._core._hooks import Hooks
-    from .._core._run import RunState
-
-__all__ = ("Outcomes",)
+__all__ = ("Outcome", "wake_if_sent")
 
 log = logging.getLogger("tether")
 
 
-class Outcomes:
-    """The outcomes of an :class:`~._execution.Execution`, stored (see the module doc)."""
+@attrs.define(eq=False)
+class Outcome:
+    """What one execution ends with, and how it is stored (see the module doc)."""
 
-    # The Execution defines (and slots) the fields these methods use: declared
-    # here for the type checker only, so this class adds no slot of its own.
-    if TYPE_CHECKING:
-        store: Store
-        hooks: Hooks
-        leases: Leases
-        state: RunState
-        workflow: Workflow[..., Any]
-        record: RunRecord
-        original: RunRecord
-        released: bool
-        result_text: str | None
-        error: Exception | None
-    else:
-        __slots__ = ()
+    store: Store
+    hooks: Hooks
+    leases: Leases
+    state: RunState
+    workflow: Workflow[..., Any]
+    record: RunRecord  # the run as claimed by this execution
+    original: RunRecord  # as stored before this execution (restored by an undo)
+    released: bool = False  # a status write stored the outcome and released the lease
+    result_text: str | None = None  # the encoded result
+    error: Exception | None = None  # what the workflow raised, or the outcome to raise
 
-    async def _finish(self) -> None:
+    async def finish(self) -> None:
         """Store the run's final status and call ``on_run_end``."""
         state = self.state
         if self.error is None:
@@ -76,7 +72,7 @@ class Outcomes:
                 updated_at=utcnow(),
             )
         else:
-            await self._flush_markers()
+            await self.flush_markers()
             record = attrs.evolve(
                 self.record,
                 status=RunStatus.FAILED,
@@ -85,7 +81,7 @@ class Outcomes:
                 updated_at=utcnow(),
             )
         try:
-            await self._store_status(record, f"storing the final status of run {state.run_id!r}")
+            await self.store_status(record, f"storing the final status of run {state.run_id!r}")
         except Exception as exc:
             if self.error is not None:
                 self.error.add_note(
@@ -93,17 +89,17 @@ class Outcomes:
                 )
             else:
                 self.error = exc
-        await self._run_end_hook(self.error)
+        await self.run_end_hook(self.error)
 
-    async def _pause(self, requests: tuple[Request, ...]) -> None:
+    async def pause(self, requests: tuple[Request, ...]) -> None:
         """Store the settled run as paused with its requests; raise :class:`Paused`."""
-        await self._settle(
+        await self.settle(
             Paused(self.state.run_id, requests),
             status=RunStatus.PAUSED,
             requests=tuple(request_to_json(r) for r in requests),
         )
 
-    async def _park(self, wake_at: datetime | None) -> None:
+    async def park(self, wake_at: datetime | None) -> None:
         """Store the settled run as ``waiting`` until *wake_at*, released; raise :class:`Waiting`.
 
         *wake_at* ``None``: until a message is sent to it (its tasks wait in
@@ -115,7 +111,7 @@ class Outcomes:
         """
         state = self.state
         parked = Waiting(state.run_id, wake_at)
-        await self._settle(
+        await self.settle(
             parked, status=RunStatus.WAITING, wake_at=wake_at, requests=(), dispatches=0
         )
         if state.awaited and self.error is parked:
@@ -123,7 +119,7 @@ class Outcomes:
             if woken is not None:
                 self.error = Waiting(state.run_id, woken)
 
-    async def _settle(self, outcome: Exception, **changes: Any) -> None:
+    async def settle(self, outcome: Exception, **changes: Any) -> None:
         """Store the settled run with *changes*, released, and make *outcome* its result.
 
         The one path of both settled outcomes (paused, waiting). Markers still
@@ -133,7 +129,7 @@ class Outcomes:
         (see :meth:`_store_status`) and that is the outcome.
         """
         state = self.state
-        await self._flush_markers()
+        await self.flush_markers()
         record = attrs.evolve(
             self.record,
             result=None,
@@ -144,15 +140,15 @@ class Outcomes:
         )
         status = changes["status"]
         try:
-            await self._store_status(record, f"storing run {state.run_id!r} as {status}")
+            await self.store_status(record, f"storing run {state.run_id!r} as {status}")
         except Exception as exc:
             outcome = exc
         if self.error is not None:
             outcome = self.error
-        await self._run_end_hook(outcome)
+        await self.run_end_hook(outcome)
         self.error = outcome
 
-    async def _undo(self, error: BaseException) -> None:
+    async def undo(self, error: BaseException) -> None:
         """Put the run back as it was stored; raise *error*.
 
         For a response that did not decode, and for a divergence from the
@@ -179,13 +175,13 @@ class Outcomes:
             # As it was, but written with this execution's token, and released.
             record = attrs.evolve(self.original, owner=None, token=self.record.token)
         try:
-            await self._store_status(record, what)
+            await self.store_status(record, what)
         except Exception as exc:
             error.add_note(f"tether: {what} failed too: {exc!r}; resume it to pause it again")
-        await self._run_end_hook(error)
+        await self.run_end_hook(error)
         self.error = error
 
-    async def _flush_markers(self) -> None:
+    async def flush_markers(self) -> None:
         """Store the patch markers no save has carried yet (see ``tether.patched``).
 
         A run that stops here (paused, failed) then says in its journal which
@@ -201,7 +197,7 @@ class Outcomes:
                     "tether: run %s: storing its patch markers failed: %r", state.run_id, exc
                 )
 
-    async def _cancelled(self) -> None:
+    async def cancelled(self) -> None:
         """A recorded cancel stopped the run: store ``cancelled``; raise RunCancelledError."""
         state = self.state
         record = attrs.evolve(
@@ -219,13 +215,13 @@ class Outcomes:
             "its completed steps keep their records"
         )
         try:
-            await self._store_status(record, f"storing run {state.run_id!r} as cancelled")
+            await self.store_status(record, f"storing run {state.run_id!r} as cancelled")
         except Exception as exc:
             outcome = exc
-        await self._run_end_hook(outcome)
+        await self.run_end_hook(outcome)
         self.error = outcome
 
-    async def _store_status(self, record: RunRecord, what: str) -> None:
+    async def store_status(self, record: RunRecord, what: str) -> None:
         """Write the run's status and release its lease, in one fenced, shielded write.
 
         A ``failed``, ``paused`` or ``waiting`` outcome that the store turned into
@@ -248,11 +244,11 @@ class Outcomes:
                 cancelled.__context__ = self.error
             self.error = cancelled
 
-    async def _run_end_hook(self, exc: BaseException | None) -> None:
+    async def run_end_hook(self, exc: BaseException | None) -> None:
         if self.hooks.has("on_run_end"):
-            await self.state.end_hook("on_run_end", self._run_event(exc), exc)
+            await self.state.end_hook("on_run_end", self.run_event(exc), exc)
 
-    def _run_event(self, exc: BaseException | None) -> HookEvent:
+    def run_event(self, exc: BaseException | None) -> HookEvent:
         name = self.workflow.name
         return HookEvent(
             run_id=self.state.run_id,

@@ -1,4 +1,5 @@
 """One owner per run: an engine's leases, their renewal, and their loss.
+
 Layer: the engine (``_engine``).
 
 Each :func:`tether.open_engine` is one *owner*, named ``host:pid:engine-id``

@@ -1,4 +1,5 @@
 """A small progress renderer for live runs: one line per event, as ``tether run`` shows it.
+
 Layer: the engine (``_engine``).
 """
 
@@ -66,7 +67,7 @@ def describe_event(event: RunEvent) -> str:
             return f"  receive {event.key}: message {event.name} (seq {event.seq})"
         case RunPaused():
             keys = ", ".join(r.key for r in event.requests)
-            return f"run {event.run_id}: paused, waiting for answers to {keys}"
+            return f"run {event.run_id}: paused, waiting for responses to {keys}"
         case RunFinished():
             error = event.error
             if isinstance(error, RunCancelledError):

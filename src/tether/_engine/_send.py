@@ -1,4 +1,5 @@
 """``engine.send``: a message checked against what the workflow declares, then stored.
+
 Layer: the engine (``_engine``).
 
 A workflow declares the messages it takes, by name and type

@@ -1,4 +1,5 @@
 """What workers serve: their advertisements, and the runs that no live worker serves.
+
 Layer: the engine (``_engine``).
 
 A worker claims only runs whose ``(workflow, version)`` it serves, so a run

@@ -1,4 +1,5 @@
 """What the dashboard does to runs: respond to a pending request (and resume), cancel.
+
 Layer: the dashboard (``_ui``).
 
 A response is decoded strictly first (:func:`~._forms.decode`); a bad one is

@@ -1,4 +1,5 @@
 """The dashboard: a Starlette app over one engine, served by Hypercorn in trio.
+
 Layer: the dashboard (``_ui``).
 
 :func:`open_dashboard` opens an engine on the store and a nursery for the

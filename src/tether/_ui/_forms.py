@@ -1,4 +1,5 @@
 """A form for a pending request, from its response type, and strict decoding of the response.
+
 Layer: the dashboard (``_ui``).
 
 A stored request names its response type (``bool``, ``Decision``, …), not the

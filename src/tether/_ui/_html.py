@@ -1,4 +1,5 @@
 """HTML and SVG built safely: the one escaping helper of the dashboard and the timeline.
+
 Layer: the dashboard (``_ui``).
 
 Every piece of text that reaches a page goes through :func:`esc` (directly, or

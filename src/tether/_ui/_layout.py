@@ -1,4 +1,5 @@
 """The dashboard's page layout and the pieces every page uses.
+
 Layer: the dashboard (``_ui``).
 
 :func:`page` wraps content in the one layout (header, inline CSS, the live

@@ -1,4 +1,5 @@
 """The dashboard's two pages: the runs list, and a run (built on :mod:`._layout`).
+
 Layer: the dashboard (``_ui``).
 """
 

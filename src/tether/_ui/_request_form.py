@@ -1,4 +1,5 @@
 """A pending request on the run page: what was asked, and the form that responds to it.
+
 Layer: the dashboard (``_ui``).
 
 The fields come from :func:`~._forms.form_for`; every input is a plain text

@@ -1,4 +1,5 @@
 """A run's journal as a timeline picture (SVG): lanes of bars, coloured by outcome.
+
 Layer: the dashboard (``_ui``).
 
 :func:`timeline_svg` is a pure function of the entries (``RunInfo.entries``):

@@ -1,4 +1,5 @@
 """Schedules: a workflow started on a cron schedule, by every worker, exactly once per tick.
+
 Layer: workers (``_worker``).
 
 ``tether.schedule(wf, cron=..., args=..., name=...)`` defines a

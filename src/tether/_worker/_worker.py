@@ -1,4 +1,5 @@
 """Workers: claim runs from the store's queue and execute them, at most N at once.
+
 Layer: workers (``_worker``).
 
 The shape of one worker::

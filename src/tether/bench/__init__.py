@@ -1,4 +1,5 @@
 """Benchmark your own workflow on your own store (``tether bench`` on the command line).
+
 Layer: the bench (``tether.bench``), its public face.
 
 - :func:`bench_cancel`: does ``wf(*args)`` stop on time when the store

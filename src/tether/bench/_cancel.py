@@ -1,4 +1,5 @@
 """``bench_cancel``: a workflow under a caller's deadline while its store misbehaves.
+
 Layer: the bench (``tether.bench``).
 
 Each sample makes a fresh store with the factory, wraps it in

@@ -1,4 +1,5 @@
 """What is still running: trio tasks and threads, counted against a snapshot, and named.
+
 Layer: the bench (``tether.bench``).
 
 A :class:`Census` is taken at a moment (before a sample, before a store

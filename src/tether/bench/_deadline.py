@@ -1,4 +1,5 @@
 """One sample under a caller deadline: the harness the workflow and its floor share.
+
 Layer: the bench (``tether.bench``).
 
 :func:`under_deadline` runs a body inside ``trio.move_on_at(deadline)``, as

@@ -1,4 +1,5 @@
 """From samples to findings: what broke the promise, who is to blame, and the fix.
+
 Layer: the bench (``tether.bench``).
 
 The promise: a caller's deadline is kept as promptly as trio itself keeps

@@ -1,4 +1,5 @@
 """``--plot FILE.png``: the overshoot's CDF, the workflow's against the floor's (matplotlib).
+
 Layer: the bench (``tether.bench``).
 
 matplotlib comes with the ``tether[bench]`` extra; without it,

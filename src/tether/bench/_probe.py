@@ -1,4 +1,5 @@
 """The parts of a cancel sample around the workflow: its store, its fault, its first run.
+
 Layer: the bench (``tether.bench``).
 
 - :class:`Holding`: under a mock clock, the store wrapped in

@@ -1,4 +1,5 @@
 """What the benches return: samples, percentiles and findings, as frozen attrs classes.
+
 Layer: the bench (``tether.bench``).
 
 Every class here is JSON-ready through :func:`tether.bench.to_json` (field

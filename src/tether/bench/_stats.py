@@ -1,4 +1,5 @@
 """Percentiles of a list of seconds, as every table of ``tether bench`` shows them.
+
 Layer: the bench (``tether.bench``).
 
 Nearest-rank percentiles (the value at rank ``ceil(q / 100 * n)``): every

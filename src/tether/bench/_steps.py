@@ -1,4 +1,5 @@
 """``bench_steps``: what one durable sequential step costs on a store.
+
 Layer: the bench (``tether.bench``).
 
 The approach of ``benchmarks/step_overhead.py``, on any store: a workflow of

@@ -1,4 +1,5 @@
 """``bench_throughput``: durable parallel steps per second, with group commit and without.
+
 Layer: the bench (``tether.bench``).
 
 The approach of ``benchmarks/store_throughput.py`` (part 1), on any store: a

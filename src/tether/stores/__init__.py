@@ -1,4 +1,5 @@
 """Storage: the :class:`Store` protocol, its records, and the built-in stores.
+
 Layer: stores (``tether.stores``), its public face: what store authors import.
 """
 

@@ -1,4 +1,5 @@
 """A store's optional capabilities: one mechanism to declare them and to ask for them.
+
 Layer: stores (``tether.stores``).
 
 Layer: stores. The :class:`~._store.Store` protocol is what every store has;

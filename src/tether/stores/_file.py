@@ -1,4 +1,5 @@
 """A durable store made of plain JSON files, one folder per run.
+
 Layer: stores (``tether.stores``).
 
 :class:`FileStore` is the store's public, async face: each call checks its

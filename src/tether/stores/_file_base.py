@@ -1,4 +1,5 @@
 """What every FileStore operation stands on: its state, and a run's folder and record.
+
 Layer: stores (``tether.stores``).
 
 :class:`FileBase` holds the store's state (its directory, whether it is

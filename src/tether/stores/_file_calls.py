@@ -1,4 +1,5 @@
 """A FileStore's lifetime and its one way into a worker thread: ``open``, ``close``, ``_call``.
+
 Layer: stores (``tether.stores``).
 
 :meth:`FileCalls._call` is where every call of :class:`~._file.FileStore`

@@ -1,4 +1,5 @@
 """A FileStore's files on disk: their names, atomic writes, and strict checks.
+
 Layer: stores (``tether.stores``).
 
 Layout::

@@ -1,4 +1,5 @@
 """A FileStore's journals: appends, one file each, and their strict reading.
+
 Layer: stores (``tether.stores``).
 
 An append is one file, whatever its number of entries (group commit costs

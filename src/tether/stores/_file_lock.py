@@ -1,4 +1,5 @@
 """A FileStore's lock on a run: the ``flock`` every process respects.
+
 Layer: stores (``tether.stores``).
 
 Every write about a run (an append, a record update, a claim, a cancel, a

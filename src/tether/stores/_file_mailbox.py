@@ -1,4 +1,5 @@
 """A FileStore's mailboxes: a run's messages, one file each, in ``<run>/messages``.
+
 Layer: stores (``tether.stores``).
 
 A message is sent under the run's lock (:mod:`._file_lock`): its seq is the

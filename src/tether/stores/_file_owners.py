@@ -1,4 +1,5 @@
 """What a FileStore writes about who executes runs: leases, cancels, workers.
+
 Layer: stores (``tether.stores``).
 
 Leases are per owner: an owner's expiry is one small file,

@@ -1,4 +1,5 @@
 """What the group-committing writers (SQLite's and PostgreSQL's) share about their jobs.
+
 Layer: stores (``tether.stores``).
 
 Each writer is one thread that takes the jobs queued for it in batches and

@@ -1,4 +1,5 @@
 """Lease and fencing decisions, shared by every store.
+
 Layer: stores (``tether.stores``).
 
 A store reads what it needs inside one atomic step (a transaction, a lock),

@@ -1,4 +1,5 @@
 """A run's mailbox: the messages ``engine.send`` stores for ``tether.receive``.
+
 Layer: stores (``tether.stores``).
 
 A store that keeps messages (a :class:`MailboxStore`: every built-in one)

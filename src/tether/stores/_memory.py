@@ -1,4 +1,5 @@
 """An in-process store: fast, for tests and ephemeral runs (:class:`MemoryStore`).
+
 Layer: stores (``tether.stores``).
 """
 

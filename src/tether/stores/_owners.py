@@ -1,4 +1,5 @@
 """What stores record about the engines that hold runs and the workers that serve them.
+
 Layer: stores (``tether.stores``).
 
 :class:`Renewal` is what a lease renewal (:meth:`Store.renew

@@ -1,4 +1,5 @@
 """A store on PostgreSQL: pooled sync connections in worker threads, group commit.
+
 Layer: stores (``tether.stores``).
 
 Every call runs one short transaction on a pooled connection in a Trio

@@ -1,4 +1,5 @@
 """A PostgreSQL store's connections: the pool, calls in threads, cutting, retries.
+
 Layer: stores (``tether.stores``).
 
 Everything here is about reaching the database and surviving it, and

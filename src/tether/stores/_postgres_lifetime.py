@@ -1,4 +1,5 @@
 """A PostgreSQL store's lifetime: opening it, and closing it in bounded time.
+
 Layer: stores (``tether.stores``).
 
 Opening runs the migration in a worker thread (retried while the server is

@@ -1,4 +1,5 @@
 """The SQL of the PostgreSQL store: its layout, its schema, its migrations and its statements.
+
 Layer: stores (``tether.stores``).
 
 Layout (schema version 4, kept in ``{schema}.tether_schema``), in a

@@ -1,4 +1,5 @@
 """A PostgreSQL store's work on its tables: migration, rows, one transaction per call.
+
 Layer: stores (``tether.stores``).
 
 :class:`Tables` holds, for one store, what each protocol call does once it

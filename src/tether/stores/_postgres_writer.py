@@ -1,4 +1,5 @@
 """A PostgreSQL store's group-committing writer: one thread, one transaction per batch.
+
 Layer: stores (``tether.stores``).
 
 Appends are queued (:meth:`Writer.queued`) and stored by one thread, which

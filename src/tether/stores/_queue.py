@@ -1,4 +1,5 @@
 """Queue and listing rules, shared by every store.
+
 Layer: stores (``tether.stores``).
 
 As with :mod:`._leases`, a store reads inside one atomic step, calls one of

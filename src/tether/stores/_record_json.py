@@ -1,4 +1,5 @@
 """The JSON form of stored records: format versions, strict reading, digests.
+
 Layer: stores (``tether.stores``).
 
 Records (:mod:`._records`) say what their fields mean; this module says how

@@ -1,11 +1,11 @@
 """The store contract: JSON-ready records in, copies out.
 
-A store never imports the engine. Everything a store receives and returns is
+Layer: stores. A store never imports the engine. Everything a store receives and returns is
 made of these frozen records, whose fields are JSON-ready (strings, numbers,
 timezone-aware datetimes that serialize as ISO 8601), so a third-party store
 can persist them with nothing but the standard library.
 
-Layer: stores. This module holds the records of runs: :class:`RunRecord` and
+This module holds the records of runs: :class:`RunRecord` and
 the journal's :class:`Entry`, and their status enums (:class:`ErrorInfo` and
 :class:`Request`, which exceptions carry too, live in :mod:`tether._errors`).
 The rest of the contract lives beside it: the records' JSON (format versions,

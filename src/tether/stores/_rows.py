@@ -1,4 +1,5 @@
 """Journal rows as stores write them: their exact JSON text and checksums.
+
 Layer: stores (``tether.stores``).
 
 An append is encoded once by the caller (:func:`encode_append`): each

@@ -1,4 +1,5 @@
 """A durable store in one SQLite file: one writer thread, group commit.
+
 Layer: stores (``tether.stores``).
 
 Writes go through one thread that owns the write connection: callers queue a

@@ -1,4 +1,5 @@
 """A SQLite store's connections: the writer's (opened with the schema), and a pool of readers.
+
 Layer: stores (``tether.stores``).
 
 :class:`Connections` opens connections with the store's pragmas, opens the

@@ -1,4 +1,5 @@
 """The rows of a SQLite store: records to rows, and rows back to records.
+
 Layer: stores (``tether.stores``).
 
 An append is encoded by the caller, before it is queued for the writer

@@ -1,4 +1,5 @@
 """The SQL of the SQLite store: its layout, its schema, its migrations and its statements.
+
 Layer: stores (``tether.stores``).
 
 Layout (schema version 6, kept in ``PRAGMA user_version``)::

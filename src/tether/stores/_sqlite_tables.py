@@ -1,4 +1,5 @@
 """A SQLite store's work on its tables: migration, and what each call does in SQL.
+
 Layer: stores (``tether.stores``).
 
 :class:`Tables` holds, for one store, what each protocol call does once it

@@ -1,4 +1,5 @@
 """A SQLite store's group-committing writer: one thread owns the write connection.
+
 Layer: stores (``tether.stores``).
 
 Callers queue a job and wait (:meth:`Writer.queued`); the thread takes

@@ -1,12 +1,12 @@
 """The store protocols: :class:`Store`, what the engine needs, and its optional extensions.
 
-:class:`WorkerStore` serves workers, :class:`AdvertisingStore` lets them say
+Layer: stores. :class:`WorkerStore` serves workers, :class:`AdvertisingStore` lets them say
 what they serve, :class:`DeletableStore` deletes runs, :class:`WatchableStore`
 announces changes. All but the last come with the names of their methods
 (:data:`STORE_METHODS`, ...), which the engine and the test tools check a
 store by. The protocols say what each call does, atomically and under
-cancellation; the records they take and return are in :mod:`._protocol` and
-:mod:`._owners`.
+cancellation; the records they take and return are in :mod:`._records` and
+:mod:`._owners`; which optional parts a store has is :mod:`._capabilities`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Tools for testing workflows and stores deterministically.
+
 Layer: testing (``tether.testing``), its public face.
 
 - :func:`run_deterministic`, :func:`seeded_schedule`, :class:`ScheduleTrace`:

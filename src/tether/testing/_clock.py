@@ -1,4 +1,5 @@
 """Keep a mock clock from jumping while a thread-backed store works.
+
 Layer: testing (``tether.testing``).
 """
 

@@ -1,4 +1,5 @@
 """The store conformance suite: plain async checks any store must pass.
+
 Layer: testing (``tether.testing``).
 
 No pytest here: :func:`check_store` runs inside any Trio run and raises

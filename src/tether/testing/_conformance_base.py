@@ -1,4 +1,5 @@
 """What the store conformance checks share: their context, and small helpers.
+
 Layer: testing (``tether.testing``).
 
 The checks themselves are in :mod:`._conformance` (records and journals) and

@@ -1,4 +1,5 @@
 """Conformance check for deleting runs (``delete_run``, for retention).
+
 Layer: testing (``tether.testing``).
 
 ``delete_run`` holds a store that can delete runs (one with ``delete_run``,

@@ -1,4 +1,5 @@
 """Conformance checks for one owner per run: leases, fencing, cancel, journal integrity.
+
 Layer: testing (``tether.testing``).
 
 Each check holds a store to one rule of the lease contract (see

@@ -1,4 +1,5 @@
 """Conformance checks for runs' mailboxes (``send_message``, ``load_messages``).
+
 Layer: testing (``tether.testing``).
 
 They hold a store that keeps messages (a :class:`~tether.stores.MailboxStore`)

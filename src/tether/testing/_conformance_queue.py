@@ -1,4 +1,5 @@
 """Conformance checks for listing at scale and for the queue workers claim from.
+
 Layer: testing (``tether.testing``).
 
 ``list_filters`` holds every store to ``list_runs``'s filters and keyset

@@ -1,4 +1,5 @@
 """Seeded, reproducible trio schedules, through a private trio hook.
+
 Layer: testing (``tether.testing``).
 
 Trio's run loop randomizes the order of each batch of runnable tasks. When

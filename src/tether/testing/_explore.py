@@ -1,4 +1,5 @@
 """The explorer: inject one fault at every interleaving point of a workflow, resume, check.
+
 Layer: testing (``tether.testing``).
 
 A *trial* runs a workflow under a seeded schedule and virtual time

@@ -1,4 +1,5 @@
 """One execution of an explorer's trial: its points, its outcome, and the invariants it keeps.
+
 Layer: testing (``tether.testing``).
 
 A trial (:mod:`._explore_trial`) runs the explored workflow once, then

@@ -1,4 +1,5 @@
 """One trial of the worker explorer: simulated processes on one store, a fault, the checks.
+
 Layer: testing (``tether.testing``).
 
 A :class:`Trial` runs *workers* simulated worker processes (:class:`Process`:
@@ -26,8 +27,6 @@ expire, not a gone owner of this machine taken over at once.
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, final
 
@@ -42,9 +41,10 @@ from .._core._owners import engine_closed, engine_opened
 from .._engine._engine import Engine, internals
 from .._errors import Paused, Request, RunCancelledError, RunFailedError
 from .._worker._worker import open_worker
-from ..stores._records import Entry, EntryKind, EntryStatus, RunStatus
+from ..stores._records import RunStatus
 from ..stores._store import Store
 from ._clock import hold_clock
+from ._explore_fleet_checks import check_fencing, check_journal, check_owners
 from ._explore_shared import Connection, Landed, Refused, SharedStore, label_after, label_before
 from ._faults import SimulatedCrash
 from ._faulty import FaultyStore
@@ -456,89 +456,3 @@ class Trial:
             self.violations += check_journal(run_id, await raw.load_entries(run_id))
         self.violations += check_fencing(log)
         self.violations += check_owners(log)
-
-
-# -- invariants on what the store took --------------------------------------------------
-
-
-def _is_step(entry: Entry) -> bool:
-    return entry.status is EntryStatus.COMPLETED and entry.kind in (
-        EntryKind.STEP,
-        EntryKind.STREAM,
-    )
-
-
-def check_journal(run_id: str, entries: Sequence[Entry]) -> list[str]:
-    """(w2) one record per step; (w3) tokens never go down along the journal."""
-    problems = []
-    seqs: dict[str, list[int]] = {}
-    for entry in entries:
-        if _is_step(entry):
-            seqs.setdefault(entry.key, []).append(entry.seq or 0)
-    for key, found in seqs.items():
-        if len(found) > 1:
-            problems.append(
-                f"(w2) step {key} of run {run_id} has {len(found)} stored records (seqs "
-                f"{', '.join(map(str, found))}): a step that was stored ran again"
-            )
-    for before, after in itertools.pairwise(entries):
-        if after.token < before.token:
-            problems.append(
-                f"(w3) run {run_id}'s entry seq {after.seq} ({after.key}) carries token "
-                f"{after.token}, older than the token {before.token} of seq {before.seq} "
-                f"({before.key}) stored before it: a fenced write was not refused"
-            )
-    return problems
-
-
-def check_fencing(log: Sequence[Landed]) -> list[str]:
-    """(w3) after a run was claimed, every write of it that landed carries that claim's token."""
-    problems = []
-    latest: dict[str, Landed] = {}  # run -> its latest claim
-    for landed in log:
-        run_id = landed.run_id
-        if run_id is None:
-            continue
-        if landed.claimed is not None:
-            latest[run_id] = landed
-            continue
-        claim = latest.get(run_id)
-        stale = [t for t in landed.tokens if claim is not None and t < (claim.claimed or 0)]
-        if claim is not None and stale:
-            what = (
-                "append of " + "+".join(e.key for e in landed.entries)
-                if landed.method == "append"
-                else f"{landed.status} record"
-            )
-            problems.append(
-                f"(w3) {landed.process}'s {what} for run {run_id} landed at t={landed.at:g} "
-                f"with token {stale[0]}, after {claim.process} had taken the run over with "
-                f"token {claim.claimed} at t={claim.at:g}: a fenced write was not refused"
-            )
-    return problems
-
-
-def check_owners(log: Sequence[Landed]) -> list[str]:
-    """(w4) a run is claimed from another process only once that process's lease expired."""
-    problems = []
-    expires: dict[str, float] = {}  # process -> when its lease expires (store clock)
-    holder: dict[str, Landed] = {}  # run -> the claim holding it
-    for landed in log:
-        run_id = landed.run_id
-        if landed.claimed is not None and run_id is not None:
-            held = holder.get(run_id)
-            until = -math.inf if held is None else expires.get(held.process, -math.inf)
-            if held is not None and held.process != landed.process and until > landed.at:
-                problems.append(
-                    f"(w4) {landed.process} claimed run {run_id} (token {landed.claimed}) at "
-                    f"t={landed.at:g} while {held.process}'s lease on it (token "
-                    f"{held.claimed}) was live until t={until:g}: two owners at once"
-                )
-            holder[run_id] = landed
-        elif landed.released is not None and run_id is not None:
-            held = holder.get(run_id)
-            if held is not None and held.claimed == landed.released:
-                del holder[run_id]
-        if landed.expires is not None:
-            expires[landed.process] = landed.expires
-    return problems

@@ -1,4 +1,5 @@
 """The explorer's ownership faults: a takeover, a paused owner, two engines racing.
+
 Layer: testing (``tether.testing``).
 
 :mod:`._explore_plan` decides *where* a fault applies, :mod:`._explore_trial`

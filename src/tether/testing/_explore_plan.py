@@ -1,4 +1,5 @@
 """The explorer's vocabulary: fault kinds, where each applies, plans, and what a caller passes.
+
 Layer: testing (``tether.testing``).
 
 :func:`~._explore.explore` injects a fault (an :class:`Injection`, ``kind@point``)

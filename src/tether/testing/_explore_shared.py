@@ -1,4 +1,5 @@
 """The worker explorer's store: one store that simulated processes share, and what it took.
+
 Layer: testing (``tether.testing``).
 
 :mod:`._explore_workers` runs several simulated worker processes (and a

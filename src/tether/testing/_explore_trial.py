@@ -1,4 +1,5 @@
 """One trial of the explorer: a fresh store, the plan's faults injected, resumed until done.
+
 Layer: testing (``tether.testing``).
 
 A :class:`Trial` runs the explored workflow on a :class:`FaultyStore` over a

@@ -1,4 +1,5 @@
 """The worker explorer: simulated workers share one store; a fault at every point; check.
+
 Layer: testing (``tether.testing``).
 
 :func:`explore_workers` runs trials (:mod:`._explore_fleet`): under

@@ -1,4 +1,5 @@
 """Which calls of a :class:`~tether.testing.FaultyStore` a fault applies to: its rules.
+
 Layer: testing (``tether.testing``).
 
 One rule per :meth:`~tether.testing.FaultyStore.inject`: the method, the call

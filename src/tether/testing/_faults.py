@@ -1,4 +1,5 @@
 """The faults a :class:`~tether.testing.FaultyStore` applies, and the crash it simulates.
+
 Layer: testing (``tether.testing``).
 
 :class:`Call` (one store call, as a fault sees it), the :class:`Fault`

@@ -1,4 +1,5 @@
 """A store wrapper that injects faults (failures, hangs, crashes) into chosen calls.
+
 Layer: testing (``tether.testing``).
 
 A fault is any object with ``async def apply(self, call: Call) -> None``; the
