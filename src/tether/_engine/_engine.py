@@ -511,6 +511,18 @@ class Internals:
         """This engine's leases."""
         return self._engine._leases
 
+    @property
+    def engine_id(self) -> str:
+        """The engine's id, the last part of its owner name (see ``tether._core._owners``)."""
+        return self._engine._engine_id
+
+    def mark_closed(self) -> None:
+        """The engine takes no more calls, as when its ``open_engine`` block is over.
+
+        For ``tether.testing``'s simulated processes, which open engines by hand.
+        """
+        self._engine._closed = True
+
     async def execute_claimed(self, record: RunRecord, *, park_after: float | None = None) -> Any:
         """Execute a run a worker claimed (``record``, with this engine's lease); its outcome.
 

@@ -359,7 +359,7 @@ class Trial:
         shared = self.shared
         await shared.raw.open()
         for process in self.workers:
-            engine_opened(process.engine._engine_id)
+            engine_opened(internals(process.engine).engine_id)
         try:
             with trio.CancelScope() as everything:
                 async with trio.open_nursery() as background:
@@ -383,7 +383,7 @@ class Trial:
             await self._check()
         finally:
             for process in self.workers:
-                engine_closed(process.engine._engine_id)
+                engine_closed(internals(process.engine).engine_id)
             await shared.raw.close()
 
     async def _watchdog(self, everything: trio.CancelScope) -> None:

@@ -108,20 +108,20 @@ async def open_owner(
     async def keep_leases() -> None:
         # A crashed process's lease task dies with it: SimulatedCrash ends it quietly.
         with scope, suppress(SimulatedCrash):
-            await engine._leases.run()
+            await internals(engine).leases.run()
 
-    engine_opened(engine._engine_id)
+    engine_opened(internals(engine).engine_id)
     nursery.start_soon(keep_leases, name="tether leases")
     try:
         yield engine
         if not crashed():
-            engine._closed = True
+            internals(engine).mark_closed()
             with suppress(SimulatedCrash):
-                await engine._leases.close()
+                await internals(engine).leases.close()
     finally:
-        engine._closed = True
+        internals(engine).mark_closed()
         scope.cancel()
-        engine_closed(engine._engine_id)
+        engine_closed(internals(engine).engine_id)
 
 
 # -- takeovers --------------------------------------------------------------------
