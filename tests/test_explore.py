@@ -272,14 +272,14 @@ PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
         "(c)",
     ),
     "snapshot after scheduling": (
-        _parallel,  # where a parallel() child's step call looks it up
-        "execute_step",
+        _steps,  # where execute_step looks up its phase that runs the step
+        "_execute",
         """\
-            text, decoded = _snapshot(value, step.signature.return_type, what=what)
+            decoded, entries = _entries(
         """,
         """\
             await trio.lowlevel.checkpoint()
-            text, decoded = _snapshot(value, step.signature.return_type, what=what)
+            decoded, entries = _entries(
         """,
         "(d)",
     ),
