@@ -20,7 +20,6 @@ import json
 import math
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 

@@ -12,7 +12,7 @@ put back.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import attrs
 import pytest
@@ -23,7 +23,6 @@ from tether._engine._engine import internals
 from tether.stores import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, Store, utcnow
 from tether.stores._record_json import dumps_record, loads_record
 from tether.stores._rows import encode_entry, generic_encode_entry
-
 
 #: which change the workflows below have now ("" for the code the runs started with)
 CODE = {"change": ""}
@@ -293,7 +292,9 @@ async def approval(order: str) -> str:
     return "approved" if ok else "rejected"
 
 
-async def test_a_paused_run_that_diverges_stays_paused_with_its_requests(tether_store: Store) -> None:
+async def test_a_paused_run_that_diverges_stays_paused_with_its_requests(
+    tether_store: Store,
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(approval, "o-2", run_id="a")

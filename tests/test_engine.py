@@ -100,7 +100,9 @@ async def test_failed_run_resumes_without_repeating_completed_steps(tether_store
         assert [e.seq for e in info.entries] == [1, 2, 3, 4, 5]
 
 
-async def test_completed_run_returns_stored_result_and_executes_nothing(tether_store: Store) -> None:
+async def test_completed_run_returns_stored_result_and_executes_nothing(
+    tether_store: Store,
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         assert await engine.run(sequential, 1, run_id="r") == [0, 2, 200]
         runs.clear()

@@ -396,7 +396,9 @@ async def test_raise_after_the_write_is_an_unclear_failure(
     assert executions == {"double(0)": 1, "double(1)": 1, "double(2)": 1}
 
 
-async def test_crash_after_the_write_keeps_the_write(tether_store_factory: Callable[[], Store]) -> None:
+async def test_crash_after_the_write_keeps_the_write(
+    tether_store_factory: Callable[[], Store],
+) -> None:
     faulty = FaultyStore(tether_store_factory())
     faulty.inject("append", Crash(), at=2, after=True)
     async with tether.open_engine(faulty) as engine:

@@ -47,6 +47,7 @@ from tether.stores import DEAD_LETTER_ERROR, EntryKind
 
 from . import _fleet
 from ._fleet import RawStore, TetherProcess, read_log
+from ._poll import PATIENCE
 from ._postgres import PostgresServer
 
 RUNS = 200
@@ -58,8 +59,6 @@ WORKER_OPTIONS = (
     "--concurrency", str(CONCURRENCY), "--lease-ttl", str(TTL),
     "--poll-interval", "0.2", "--grace", "0",
 )  # fmt: skip
-#: How long any one thing the test waits for may take.
-PATIENCE = 60.0
 #: How long the whole fleet may take to finish its runs.
 FLEET_DEADLINE = 150.0
 

@@ -39,7 +39,9 @@ def journal(info: tether.RunInfo | None) -> list[tuple[str, EntryKind, int | Non
     return [(e.key, e.kind, e.position) for e in info.entries]
 
 
-async def test_runs_from_before_and_after_a_change_each_take_their_own_path(tether_store: Store) -> None:
+async def test_runs_from_before_and_after_a_change_each_take_their_own_path(
+    tether_store: Store,
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.Paused):
             await engine.run(checkout, "o-old", run_id="o-old")  # the code before the change
@@ -77,7 +79,9 @@ async def test_runs_from_before_and_after_a_change_each_take_their_own_path(teth
         assert journal(await engine.get_run("o-new"))[-1] == ("ask#0", EntryKind.RESPONSE, 4)
 
 
-async def test_deprecate_patch_replays_runs_with_and_without_the_marker(tether_store: Store) -> None:
+async def test_deprecate_patch_replays_runs_with_and_without_the_marker(
+    tether_store: Store,
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         CODE["code"] = "new"
         with pytest.raises(tether.Paused):

@@ -515,9 +515,7 @@ async def test_a_watcher_reconnects_after_a_restart(server: PostgresServer) -> N
         await trio.to_thread.run_sync(server.restart)
         restarted = time.monotonic()
         await store.create_run(_record("after-restart"))
-        await apoll(
-            lambda: any(t > restarted for t in calls), "a notification after the restart"
-        )
+        await apoll(lambda: any(t > restarted for t in calls), "a notification after the restart")
         nursery.cancel_scope.cancel()
 
 

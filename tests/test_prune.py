@@ -27,7 +27,16 @@ import pytest
 import trio
 
 import tether
-from tether.stores import DeletableStore, Entry, RunRecord, RunStatus, Store, utcnow
+from tether.stores import (
+    Capability,
+    DeletableStore,
+    Entry,
+    RunRecord,
+    RunStatus,
+    Store,
+    has,
+    utcnow,
+)
 from tether.testing import FaultyStore, Raise, StoreConformanceError, check_store
 
 from ._cli import cli, usage_error
@@ -175,7 +184,9 @@ def test_prune_never_creates_a_store(tmp_path: Path) -> None:
 # -- the stores' delete_run -------------------------------------------------------------
 
 
-async def test_every_store_deletes_runs_whole(tether_raw_store_factory: Callable[[], Store]) -> None:
+async def test_every_store_deletes_runs_whole(
+    tether_raw_store_factory: Callable[[], Store],
+) -> None:
     result = await check_store(tether_raw_store_factory, only=["delete_run"])
     assert result.passed == ("delete_run",)
 
@@ -231,7 +242,9 @@ class Bare:
 
 
 async def test_faulty_store_deletes_exactly_when_its_inner_store_does() -> None:
-    assert not hasattr(FaultyStore(Bare()), "delete_run")  # type: ignore[arg-type]
+    # It forwards delete_run, and declares it only when the wrapped store has it.
+    assert not has(FaultyStore(Bare()), Capability.DELETE)  # type: ignore[arg-type]
+    assert has(FaultyStore(tether.MemoryStore()), Capability.DELETE)
     result = await check_store(lambda: FaultyStore(tether.MemoryStore()), only=["delete_run"])
     assert result.passed == ("delete_run",)
     store = FaultyStore(tether.MemoryStore())

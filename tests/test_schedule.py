@@ -23,8 +23,6 @@ import json
 import logging
 import signal
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Final
@@ -280,7 +278,10 @@ async def test_a_new_schedule_catches_up_nothing(
 
 @pytest.mark.parametrize("catch_up", ["skip", "once"])
 async def test_a_worker_whose_store_fails_retries_then_applies_the_policy(
-    tether_store: Store, autojump_clock: trio.abc.Clock, catch_up: str, caplog: pytest.LogCaptureFixture
+    tether_store: Store,
+    autojump_clock: trio.abc.Clock,
+    catch_up: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     s = minutely(f"behind-{catch_up}", catch_up)
     faulty = FaultyStore(tether_store)

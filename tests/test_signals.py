@@ -227,7 +227,9 @@ async def test_message_events_are_reported_and_described(
 
 @pytest.mark.parametrize("after", [False, True], ids=["before-the-save", "after-the-save"])
 async def test_ten_messages_arrive_in_order_each_once_through_a_crash(
-    tether_raw_store_factory: Callable[[], Store], after: bool, autojump_clock: trio.testing.MockClock
+    tether_raw_store_factory: Callable[[], Store],
+    after: bool,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     raw = tether_raw_store_factory()
     faulty = FaultyStore(hold_clock(raw))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +49,6 @@ from tether.testing import (
     explore,
 )
 from tether.testing._explore import Explorer
-
 
 #: The messages in the mailbox before the run executes: (name, JSON text).
 MAILBOX = (("n", "1"), ("word", '"left"'), ("n", "2"), ("n", "3"), ("word", '"right"'), ("n", "4"))

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 

@@ -126,7 +126,9 @@ async def test_a_worker_executes_submitted_runs_and_wait_returns_them(
             assert [e.key for e in info.entries] == ["double#0", "double#1"]
 
 
-async def test_wait_reports_every_outcome(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+async def test_wait_reports_every_outcome(
+    tether_store: Store, autojump_clock: trio.abc.Clock
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         with pytest.raises(tether.RunNotFoundError, match="nope"):
             await engine.wait("nope")
@@ -262,7 +264,9 @@ async def test_a_drain_gives_its_dispatch_back(
         assert started["drained"] == 3, "each drained claim counted as a vanished worker"
 
 
-async def test_run_and_cancel_of_a_queued_run(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+async def test_run_and_cancel_of_a_queued_run(
+    tether_store: Store, autojump_clock: trio.abc.Clock
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         await engine.submit(summing, 5, run_id="here")
         assert await engine.run(summing, 5, run_id="here") == 22
@@ -275,7 +279,9 @@ async def test_run_and_cancel_of_a_queued_run(tether_store: Store, autojump_cloc
                 await engine.wait("never", timeout=30)
 
 
-async def test_list_runs_filters_and_pages(tether_store: Store, autojump_clock: trio.abc.Clock) -> None:
+async def test_list_runs_filters_and_pages(
+    tether_store: Store, autojump_clock: trio.abc.Clock
+) -> None:
     async with tether.open_engine(tether_store) as engine:
         for i in range(5):
             await engine.submit(summing if i % 2 else failing, i, run_id=f"l{i}")

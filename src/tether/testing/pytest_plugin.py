@@ -1,5 +1,7 @@
 """tether's pytest plugin: store and engine fixtures, seeded schedules, the explorer.
 
+Layer: testing (``tether.testing``).
+
 Installed with tether (the ``pytest11`` entry point ``tether``), so any
 project that has tether and pytest gets it; ``-p no:tether`` turns it off.
 The async fixture (``tether_engine``) needs ``pytest-trio``.
@@ -45,7 +47,8 @@ Markers
         run the test once per seed, each under the seeded schedule
         (``--tether-seeds N`` overrides the count everywhere).
     ``@pytest.mark.tether_stores("memory", "sqlite")``
-        the store kinds this test runs on.
+        the store kinds this test runs on (``"postgres"`` without a database:
+        that case is skipped).
 """
 
 from __future__ import annotations
@@ -141,17 +144,19 @@ def _drop_schemas(url: str, schemas: list[str]) -> None:
     """Drop *schemas* (best effort: a store still open or a server away keeps them)."""
     import psycopg
 
-    with contextlib.suppress(psycopg.Error):
-        with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(b"SET lock_timeout = '2s'")
-            for schema in schemas:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
-                _postgres_made.pop(schema, None)
+    with (
+        contextlib.suppress(psycopg.Error),
+        psycopg.connect(url, autocommit=True, connect_timeout=5) as conn,
+    ):
+        conn.execute(b"SET lock_timeout = '2s'")
+        for schema in schemas:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+            _postgres_made.pop(schema, None)
 
 
 class _HookSpecs:
     @pytest.hookspec(firstresult=True)
-    def pytest_tether_postgres_url(self, config: pytest.Config) -> str | None:  # type: ignore[empty-body]
+    def pytest_tether_postgres_url(self, config: pytest.Config) -> str | None:
         """The URL of the PostgreSQL database of the ``postgres`` store kind.
 
         Implemented (in a conftest), it adds the kind even without
@@ -242,6 +247,8 @@ def _kinds(metafunc: pytest.Metafunc) -> list[str]:
     known = [*STORE_KINDS, POSTGRES] if _has_postgres(metafunc.config) else list(STORE_KINDS)
     if kinds is None:
         return known
+    if marker is not None and POSTGRES not in known:
+        known.append(POSTGRES)  # the test is skipped, having no database to run on
     unknown = [k for k in kinds if k not in known]
     if unknown or not kinds:
         hint = (
