@@ -272,8 +272,8 @@ PLANTED: dict[str, tuple[Any, str, str, str, str]] = {
         "(c)",
     ),
     "snapshot after scheduling": (
-        _steps,  # where execute_step looks up its phase that runs the step
-        "_execute",
+        _parallel,  # where a parallel() child's step call looks it up
+        "execute_step",
         """\
             decoded, entries = _entries(
         """,

@@ -10,13 +10,23 @@ stored (durable before visible). A step started in a ``parallel()`` block
 runs here too, in its own task (:mod:`._parallel`), and may hand its record
 to the run's saver instead of waiting for it. Retries and timeouts run in
 :mod:`._step_attempts`.
+
+:func:`execute_step` goes through its phases in order: :func:`_enter` (the
+call is this task's, and the first at its key), then :func:`_replayed` (the
+journal has it) or :func:`_started`, the step's function (its attempts, or
+a call in the caller's frame, or in a frame of its own), :func:`_entries`
+(the result snapshotted), the save, :func:`_stored` and :func:`_ended`.
+Whole because ``execute_step`` is the hottest path of a run: its phases are
+plain functions, and the awaits between them stay in it, so that a step is
+one coroutine (each phase as a coroutine of its own cost a trivial step a
+tenth more).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 import trio
@@ -47,6 +57,9 @@ R = TypeVar("R")
 _now = datetime.now
 _encode_args = codec.encode_args
 _snapshot = codec.snapshot
+
+#: The attempts of a step tried once: it returned from attempt 1 when it returned.
+_ONCE: Final = Tries()
 
 #: Names a step call in codec errors: ``(format, key, run_id)``, formatted only then.
 _STEP_WHAT = "step {} of run {!r}"
@@ -101,12 +114,7 @@ async def execute_step(
     cannot take at once, the record is handed to the block (*child*) and
     :data:`HANDED_OFF` returned: the block waits for it and reports its end.
 
-    Its phases, each a function below: :func:`_enter` (the call is this
-    task's and this key's first), the checkpoint, :func:`_replayed` (the
-    journal has it) or :func:`_execute` (run it: :func:`_run_fn`, then
-    :func:`_entries` snapshots its result, :func:`_store` saves it,
-    :func:`_stored` tells hooks and observers), with :func:`_ended` telling
-    them it ended.
+    Its phases: see the module docstring.
 
     Raises:
         NonDeterminismError: the call diverges from the journal (other
@@ -121,12 +129,79 @@ async def execute_step(
         await trio.lowlevel.checkpoint()
     else:  # a task just scheduled: a cancel point is enough
         await trio.lowlevel.checkpoint_if_cancelled()
-    what = (_STEP_WHAT, key, run.run_id)
-    args_digest = digest(_encode_args(args, kwargs, what=what))
+    args_digest = digest(_encode_args(args, kwargs, what=(_STEP_WHAT, key, run.run_id)))
     entry = run.journal.get(key)
     if entry is not None:
         return _replayed(run, step, key, position, entry, args_digest)
-    return await _execute(run, step, key, position, args, kwargs, args_digest, child, caller)
+    event = _started(run, step, key)
+    propagating: BaseException | None = None
+    tries = _ONCE  # its attempts: one, unless it may be tried more than once
+    handed_off = False  # the block reports this step's end
+    try:
+        if event is not None:
+            await run.hooks.call("on_step_start", event)
+        # A step with a retry policy journals its attempts on the engine's
+        # clock (their backoff is measured on it): its record too.
+        policy = step.retry is not None
+        started = run.clock.now() if policy else _now(UTC)
+        if step.retries or step.retry is not None or step.timeout is not None:
+            tries = Tries()  # the attempt running now, and the one it returned from
+            value = await attempts(run, step, key, position, args, kwargs, args_digest, tries)
+        elif caller is not None:  # the common case: the caller's frame is the step's a while
+            # Nested calls key under this step: no frame to make per call. (A
+            # parallel() block keys its children by its own Frame, see there.)
+            path, counters = caller.path, caller.counters
+            caller.path, caller.counters = key, None
+            try:
+                value = await step.fn(*args, **kwargs)
+            finally:
+                caller.path, caller.counters = path, counters
+        else:  # a parallel() child, in a task of its own
+            # Reset after: a frame left in the task's context would make a
+            # cycle (task, context, frame) that only the cyclic GC frees.
+            token = frame_var.set(Frame(run, key, trio.lowlevel.current_task()))
+            try:
+                value = await step.fn(*args, **kwargs)
+            finally:
+                frame_var.reset(token)
+        finished = run.clock.now() if policy else _now(UTC)
+        decoded, entries = _entries(
+            run, step, key, position, value, args_digest, tries.ended or 1, started, finished
+        )
+        saver = run.saver
+        try:
+            if saver.caller_cancelled:
+                await saver.refuse(entries)
+            done = saver.append_now(entries)
+            if done is None:
+                if child is not None and event is None:  # hooks wait for the save
+                    child(run, step.name, decoded, entries)
+                    handed_off = True
+                    return HANDED_OFF
+                done = await saver.save(entries)
+        except BaseException:
+            if len(entries) > 1:  # the patch markers it carried go with the next save
+                run.put_back(entries[:-1])
+            raise
+        stored = _stored(run, step, key, done[-1])  # (after the markers it carried, if any)
+        if event is not None:
+            await saver.shielded(
+                f"hook on_checkpoint for {key} in run {run.run_id!r}",
+                run.hooks.call,
+                "on_checkpoint",
+                attrs.evolve(event, entry=stored),
+            )
+        return decoded
+    except BaseException as exc:
+        propagating = exc
+        note_key(exc, key)
+        raise
+    finally:
+        if not handed_off:
+            ended = _ended(run, step, key, event, tries, propagating)
+            if ended is not None:
+                await run.end_hook("on_step_end", ended, propagating)
+        del propagating
 
 
 def _enter(
@@ -159,103 +234,16 @@ def _enter(
         replay.reach("step", key, position)  # reached when called, cancelled or not
 
 
-async def _execute(
-    run: RunState,
-    step: StepDef[Any],
-    key: str,
-    position: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    args_digest: str,
-    child: HandOff | None,
-    caller: Frame | None,
-) -> Any:
-    """Run the step, snapshot its result and store it; tell hooks and observers."""
+def _started(run: RunState, step: StepDef[Any], key: str) -> HookEvent | None:
+    """Tell the observer the step starts; the event for its hooks, if any hook has one."""
     observer = run.observer
-    event = (
-        HookEvent(
-            run_id=run.run_id, workflow=run.workflow, name=step.name, key=key, token=run.token
-        )
-        if run.hooks.any_step
-        else None
+    if observer is not None:
+        observer(StepStarted(run_id=run.run_id, key=key, name=step.name))
+    if not run.hooks.any_step:
+        return None
+    return HookEvent(
+        run_id=run.run_id, workflow=run.workflow, name=step.name, key=key, token=run.token
     )
-    propagating: BaseException | None = None
-    tries = Tries()  # the attempt running now, and the one the step ended on
-    handed_off = False  # the block reports this step's end
-    try:
-        if observer is not None:
-            observer(StepStarted(run_id=run.run_id, key=key, name=step.name))
-        if event is not None:
-            await run.hooks.call("on_step_start", event)
-        # A step with a retry policy journals its attempts on the engine's
-        # clock (their backoff is measured on it): its record too.
-        policy = step.retry is not None
-        started = run.clock.now() if policy else _now(UTC)
-        value = await _run_fn(run, step, key, position, args, kwargs, args_digest, caller, tries)
-        finished = run.clock.now() if policy else _now(UTC)
-        decoded, entries = _entries(
-            run, step, key, position, value, args_digest, tries.ended or 1, started, finished
-        )
-        try:
-            stored = await _store(
-                run, step, key, entries, decoded, child if event is None else None
-            )
-        except BaseException:
-            if len(entries) > 1:  # the patch markers it carried go with the next save
-                run.put_back(entries[:-1])
-            raise
-        if stored is None:
-            handed_off = True
-            return HANDED_OFF
-        await _stored(run, step, key, stored, event)
-        return decoded
-    except BaseException as exc:
-        propagating = exc
-        note_key(exc, key)
-        raise
-    finally:
-        if not handed_off:
-            await _ended(run, step, key, event, tries, propagating)
-        del propagating
-
-
-async def _run_fn(
-    run: RunState,
-    step: StepDef[Any],
-    key: str,
-    position: int,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    args_digest: str,
-    caller: Frame | None,
-    tries: Tries,
-) -> Any:
-    """Run the step's function (its attempts, when it may be tried more than once)."""
-    if step.retries or step.retry is not None or step.timeout is not None:
-        value = await attempts(run, step, key, position, args, kwargs, args_digest, tries)
-    elif caller is not None:  # the common case: the caller's frame is the step's a while
-        # Nested calls key under this step: no frame to make per call. (A
-        # parallel() block keys its children by its own Frame, see there.)
-        path, counters = caller.path, caller.counters
-        caller.path, caller.counters = key, None
-        try:
-            value = await step.fn(*args, **kwargs)
-        finally:
-            caller.path, caller.counters = path, counters
-        tries.ended = 1
-    else:  # a parallel() child, in a task of its own
-        # Reset after: a frame left in the task's context would make a
-        # cycle (task, context, frame) that only the cyclic GC frees.
-        token = frame_var.set(Frame(run, key, trio.lowlevel.current_task()))
-        try:
-            value = await step.fn(*args, **kwargs)
-        finally:
-            frame_var.reset(token)
-        tries.ended = 1
-    replay = run.replay
-    if replay is not None:
-        replay.ended(key, f"step {key}")  # every journaled nested call was reached
-    return value
 
 
 def _entries(
@@ -273,9 +261,14 @@ def _entries(
 
     Synchronous, so no other task runs before the value is encoded and
     nothing can change what is stored. The entries end with the step's;
-    patch markers waiting for a save come before it.
+    patch markers waiting for a save come before it. Also tells the replay
+    that every journaled nested call was reached.
     """
-    text, decoded = _snapshot(value, step.signature.return_type, what=(_STEP_WHAT, key, run.run_id))
+    replay = run.replay
+    if replay is not None:
+        replay.ended(key, f"step {key}")
+    what = (_STEP_WHAT, key, run.run_id)
+    text, decoded = _snapshot(value, step.signature.return_type, what=what)
     entry = Entry(  # (kind STEP and status COMPLETED by default)
         run_id=run.run_id,
         key=key,
@@ -293,70 +286,33 @@ def _entries(
     return decoded, (entry,)
 
 
-async def _store(
-    run: RunState,
-    step: StepDef[Any],
-    key: str,
-    entries: tuple[Entry, ...],
-    decoded: Any,
-    child: HandOff | None,
-) -> Entry | None:
-    """Store *entries*; the step's stored entry, or ``None`` once handed to the block (*child*).
-
-    Durable before visible: it returns once the store took them. A child
-    whose record the store cannot take at once hands it to its block instead.
-    """
-    saver = run.saver
-    if saver.caller_cancelled:
-        await saver.refuse(entries)
-    done = saver.append_now(entries)
-    if done is None:
-        if child is not None:
-            child(run, step.name, decoded, entries)
-            return None
-        done = await saver.save(entries)
-    stored = done[-1]  # after the markers it carried, if any
+def _stored(run: RunState, step: StepDef[Any], key: str, stored: Entry) -> Entry:
+    """Journal the stored entry in the run's state, and tell the observer."""
     run.journal[key] = stored
-    return stored
-
-
-async def _stored(
-    run: RunState, step: StepDef[Any], key: str, stored: Entry, event: HookEvent | None
-) -> None:
-    """Tell the observer and the ``on_checkpoint`` hooks that the step's record is stored."""
     observer = run.observer
     if observer is not None:
         observer(CheckpointStored(run_id=run.run_id, key=key, name=step.name, entry=stored))
-    if event is not None:
-        await run.saver.shielded(
-            f"hook on_checkpoint for {key} in run {run.run_id!r}",
-            run.hooks.call,
-            "on_checkpoint",
-            attrs.evolve(event, entry=stored),
-        )
+    return stored
 
 
-async def _ended(
+def _ended(
     run: RunState,
     step: StepDef[Any],
     key: str,
     event: HookEvent | None,
     tries: Tries,
     propagating: BaseException | None,
-) -> None:
-    """Tell the ``on_step_end`` hooks and the observer that the step ended (how)."""
-    if event is not None:
-        attempt = tries.ended
-        if attempt is None and (
-            isinstance(propagating, Exception) or not (step.retries or step.retry)
-        ):
-            # it raised out of its last (or only) attempt
-            attempt = tries.current or step.retries + 1
-        ended = attrs.evolve(event, exception=propagating, attempt=attempt)
-        await run.end_hook("on_step_end", ended, propagating)
+) -> HookEvent | None:
+    """Tell the observer the step ended (how); the event for ``on_step_end``, if any."""
     observer = run.observer
     if observer is not None:
         observer(StepFinished(run_id=run.run_id, key=key, name=step.name, exception=propagating))
+    if event is None:
+        return None
+    attempt = tries.ended if tries is not _ONCE else (1 if propagating is None else None)
+    if attempt is None and (isinstance(propagating, Exception) or not (step.retries or step.retry)):
+        attempt = tries.current or step.retries + 1  # it raised out of its last (or only) attempt
+    return attrs.evolve(event, exception=propagating, attempt=attempt)
 
 
 def _replayed(
