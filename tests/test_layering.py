@@ -9,6 +9,7 @@ kernel, and show that the same contract refuses it, at run time and under
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,14 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path, guarded: bool) -> 
     assert "tether._core._frame -> tether._engine._engine" in done.stdout
 
 
+def _documented_engine_names() -> set[str]:
+    """The ``engine.NAME`` the reference's section on ``tether.Engine`` documents."""
+    page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    section = page.split("#### `tether.Engine`", 1)[1].split("\n#### ", 1)[0]
+    return set(re.findall(r"`(?:await )?engine\.([a-z_]+)", section))
+
+
 def test_the_engine_shows_users_methods_only() -> None:
     public = tuple(name for name in dir(tether.Engine) if not name.startswith("_"))
     assert public == ENGINE_METHODS
+    assert set(public) == _documented_engine_names()
