@@ -1,7 +1,7 @@
 """What the test scripts that run in a process of their own share.
 
 ``tests/_crash_workflow.py``, ``tests/_child_crash_workflow.py`` and
-``tests/_signals_process.py`` are started as scripts (``python tests/X.py
+``tests/_messages_process.py`` are started as scripts (``python tests/X.py
 ...``) with :func:`tests._cli.tether_env`, which makes this module
 importable as ``tests._scripts`` (the tests import the same scripts as
 modules of the ``tests`` package). Their steps log each execution with

@@ -29,10 +29,10 @@ from tether._cli._exits import EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_USAGE
 from tether._cli._main import main
 from tether.stores import Message, mailbox_of
 
-from . import _signal_flows
+from . import _message_flows
 from ._cli import cli, run_tether, usage_error
 
-FLOWS = "tests._signal_flows"
+FLOWS = "tests._message_flows"
 
 
 def sqlite_spec(tmp_path: Path) -> str:
@@ -193,7 +193,7 @@ def test_a_run_parked_waiting_for_a_message_says_so(tmp_path: Path) -> None:
             await engine.store.create_run(
                 tether.stores.RunRecord(
                     run_id="w-1",
-                    workflow=_signal_flows.cart.name,
+                    workflow=_message_flows.cart.name,
                     args='["ada"]',
                     status=tether.stores.RunStatus.WAITING,
                     created_at=now,

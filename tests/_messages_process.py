@@ -1,6 +1,6 @@
-"""A receiver process for tests/test_signals_processes.py.
+"""A receiver process for tests/test_messages_processes.py.
 
-``python tests/_signals_process.py LOG KIND LOCATION [SCHEMA] [--block-at I]`` opens
+``python tests/_messages_process.py LOG KIND LOCATION [SCHEMA] [--block-at I]`` opens
 the store (``sqlite:LOCATION``, ``file:LOCATION``, or a PostgreSQL URL with
 SCHEMA), runs (or resumes) run :data:`RUN_ID` of :func:`receiver` to
 completion, and prints its result as JSON. The workflow loops
@@ -24,7 +24,7 @@ from tests._scripts import append_synced
 from tests._scripts import open_store as open_store
 from tether.stores import Store
 
-RUN_ID = "signals"
+RUN_ID = "messages"
 COUNT = 10
 log_path: list[Path] = []
 block_at: list[int] = []

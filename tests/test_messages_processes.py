@@ -1,6 +1,6 @@
 """Signals across real processes, on real time (issue 17, Done-when 3).
 
-A receiver process (``tests/_signals_process.py``) runs a workflow that loops
+A receiver process (``tests/_messages_process.py``) runs a workflow that loops
 ten times over ``await tether.receive("n", int)``, each followed by a step.
 This process sends the ten messages with ``engine.send``, from its own
 engine, and each one wakes the receiver in the other process (SQLite and
@@ -30,11 +30,11 @@ import trio
 import tether
 from tether.stores import Entry, EntryKind, RunStatus, Store, mailbox_of
 
-from . import _signals_process as receiving
+from . import _messages_process as receiving
 from ._cli import tether_env
 from ._poll import PATIENCE, apoll
 
-HELPER = Path(__file__).resolve().with_name("_signals_process.py")
+HELPER = Path(__file__).resolve().with_name("_messages_process.py")
 #: The receiver's step for message 6 (``took#5``) blocks in the first process.
 BLOCK_AT = 5
 
@@ -95,7 +95,7 @@ def where(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> list[str
     if kind == "postgres":
         server = request.getfixturevalue("postgres_server")
         return [server.conninfo(), server.new_schema()]
-    return [str(tmp_path / ("signals.db" if kind == "sqlite" else "signals"))]
+    return [str(tmp_path / ("messages.db" if kind == "sqlite" else "messages"))]
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Workflows that receive messages, for the ``tether send`` tests (``tests/test_cli_send.py``).
 
 They run in the test process and in ``python -m tether`` processes
-(``--import tests._signal_flows``), so they depend on nothing but their module.
+(``--import tests._message_flows``), so they depend on nothing but their module.
 """
 
 from __future__ import annotations
