@@ -487,11 +487,6 @@ class Internals:
         self._engine = engine
 
     @property
-    def engine(self) -> Engine:
-        """The engine these are the internals of."""
-        return self._engine
-
-    @property
     def owner(self) -> str:
         """The engine's owner name, ``host:pid:engine-id``."""
         return self._engine._owner

@@ -66,8 +66,11 @@ def capabilities_of(store: object) -> frozenset[Capability]:
 
 
 def has(store: object, capability: Capability) -> bool:
-    """Whether *store* has *capability* (see :func:`capabilities_of`)."""
-    return capability in capabilities_of(store)
+    """Whether *store* has *capability* (as :func:`capabilities_of` says, looking at it alone)."""
+    if not all(callable(getattr(store, name, None)) for name in METHODS[capability]):
+        return False
+    declared = getattr(store, "capabilities", None)
+    return declared is None or capability in frozenset(Capability(c) for c in declared)
 
 
 def mailbox_of(store: object) -> MailboxStore | None:
