@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, TypeVar, final
 
 import trio
 
-from .._api._workflow import Workflow
+from .._api._workflow import Workflow, encode_args
 from .._core._changes import Changes
 from .._core._clock import Clock, check_clock
 from .._core._hooks import Hooks
@@ -52,7 +52,6 @@ from ._inputs import (
     check_run_id,
     check_workflow,
     deadline,
-    encode_args,
     validate_timeout,
 )
 from ._launch import Launcher

@@ -6,8 +6,9 @@ Run ids, timeouts, the options of ``open_engine``, a workflow's arguments
 (encoded as they are stored, and decoded back) and the responses given to
 ``resume``. Each check raises a clear :class:`UsageError` (or the error its
 docstring names) before the engine touches the store, so a bad call changes
-nothing. :func:`encode_args` is also how ``tether.schedule`` and
-``tether.child`` check arguments, so all three accept exactly the same ones.
+nothing. A workflow's arguments are encoded by
+:func:`tether._api._workflow.encode_args`, which ``tether.schedule`` and
+``tether.child`` use too, so all three accept exactly the same ones.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import trio
 
-from .._api._workflow import Workflow, encode_args
+from .._api._workflow import Workflow
 from .._codec._values import codec
 from .._core._owners import owner_is_gone
 from .._core._replay import decode_workflow_args
@@ -41,7 +42,6 @@ __all__ = (
     "check_workflow",
     "deadline",
     "decode_args",
-    "encode_args",
     "validate_timeout",
 )
 

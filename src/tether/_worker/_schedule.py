@@ -55,11 +55,10 @@ from typing import Any, Final, Literal, TypeVar, final
 import attrs
 import trio
 
-from .._api._workflow import Workflow
+from .._api._workflow import Workflow, encode_args
 from .._core._clock import Clock, sleep_until
 from .._core._store_calls import StoreErrors
 from .._engine._engine import Engine
-from .._engine._inputs import encode_args
 from .._errors import CodecError, RunConflictError, StoreError, UsageError
 from ..stores._records import RunRecord
 from ..stores._store import Store

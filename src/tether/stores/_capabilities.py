@@ -55,18 +55,17 @@ def capabilities_of(store: object) -> frozenset[Capability]:
     Raises:
         ValueError: its ``capabilities`` attribute names something that is not a capability.
     """
-    present = (
-        c for c, names in METHODS.items() if all(callable(getattr(store, n, None)) for n in names)
-    )
-    declared = getattr(store, "capabilities", None)
-    if declared is None:
-        return frozenset(present)
-    # A declaration narrows what the methods offer; it never adds a missing method.
-    return frozenset(present) & frozenset(Capability(c) for c in declared)
+    return frozenset(c for c in Capability if has(store, c))
 
 
 def has(store: object, capability: Capability) -> bool:
-    """Whether *store* has *capability* (as :func:`capabilities_of` says, looking at it alone)."""
+    """Whether *store* has *capability*: all of its methods, and declares it if it declares any.
+
+    A declaration narrows what the methods offer; it never adds a missing method.
+
+    Raises:
+        ValueError: its ``capabilities`` attribute names something that is not a capability.
+    """
     if not all(callable(getattr(store, name, None)) for name in METHODS[capability]):
         return False
     declared = getattr(store, "capabilities", None)
