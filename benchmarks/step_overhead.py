@@ -19,6 +19,12 @@ The summary gives a step's cost in trio's own unit, measured in the same
 process: the per-step figure divided by the time of one
 ``await trio.lowlevel.checkpoint()`` (K of them in a loop, timed with every
 repeat of every variant, median). Timing is reported, never asserted.
+
+Last, the cost of the unjournaled-await check (``tether.UnjournaledAwaitWarning``:
+the engine drives the workflow body through a wrapper that looks at each
+block): the ``trivial`` variant's per-step time with the check on and off,
+measured in this run in pairs of runs back to back, as a ratio (the median
+of the pairs'; target: under 5% per step).
 """
 
 from __future__ import annotations
@@ -36,10 +42,17 @@ import trio
 import tether
 from _env import print_environment
 
+try:
+    from tether._core._unjournaled import enable as check_unjournaled_awaits
+except ImportError:  # an older tree (benchmarks/leases.py times one): it has no such check
+    check_unjournaled_awaits = None  # type: ignore[assignment]
+
 TARGET_US = 25.0  # overhead per step, tether - plain await
 #: a step's time in trio checkpoints, at most: (variant, target)
 TARGET_CHECKPOINTS = {"trivial": 3.0, "parallel x100": 4.0}
 PARALLEL_WIDTH = 100
+#: the unjournaled-await check's cost per step, on / off, at most
+TARGET_CHECK_RATIO = 1.05
 
 # -- the functions and workflows ------------------------------------------------------
 
@@ -150,6 +163,46 @@ async def time_checkpoints(k: int) -> float:
     return time.perf_counter() - t0
 
 
+async def time_check(engine: tether.Engine, k: int, pairs: int, zero_repeats: int) -> str:
+    """The unjournaled-await check's cost per trivial step, on / off: a report.
+
+    T(0) of each setting first, alternating; then *pairs* pairs of runs of K
+    steps, one with the check on and one off, back to back (in alternating
+    order), so that drift hits both alike. The figure is the median of the
+    pairs' own ratios of per-step time.
+    """
+    if check_unjournaled_awaits is None:
+        return "unjournaled-await check: not in this tree"
+    variant = VARIANTS[0]
+    zero: dict[bool, list[float]] = {True: [], False: []}
+    full: dict[bool, list[float]] = {True: [], False: []}
+    ratios: list[float] = []
+    try:
+        for _ in range(zero_repeats):
+            for on in (True, False):
+                check_unjournaled_awaits(on)
+                zero[on] += await time_tether(engine, variant, 0, 1)
+        fixed = {on: statistics.median(zero[on]) for on in (True, False)}
+        for i in range(pairs):
+            for on in (True, False) if i % 2 else (False, True):
+                check_unjournaled_awaits(on)
+                full[on] += await time_tether(engine, variant, k, 1)
+            ratios.append((full[True][-1] - fixed[True]) / (full[False][-1] - fixed[False]))
+    finally:
+        check_unjournaled_awaits(True)
+    per_step = {on: (statistics.median(full[on]) - fixed[on]) / k * 1e6 for on in (True, False)}
+    ratio = statistics.median(ratios)
+    ok = "within" if ratio <= TARGET_CHECK_RATIO else "NOT within"
+    return (
+        f"unjournaled-await check ({variant.name}, {pairs} pairs of runs of K={k}, one with "
+        "the check on and one off, back to back):\n"
+        f"  per step (medians): on {per_step[True]:.3f} us, off {per_step[False]:.3f} us\n"
+        f"  on/off per step = {ratio:.3f} ({(ratio - 1) * 100:+.1f}%), median of the pairs' "
+        f"ratios [quartiles {statistics.quantiles(ratios, n=4)[0]:.3f}-"
+        f"{statistics.quantiles(ratios, n=4)[2]:.3f}] ({ok} {TARGET_CHECK_RATIO:g})"
+    )
+
+
 async def time_plain(variant: Variant, k: int, repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
@@ -227,6 +280,8 @@ async def main(quick: bool) -> None:
                         f"{variant.name}: median overhead {overhead:.2f} us/step "
                         f"({ok} {TARGET_US:g} us)"
                     )
+        # (short runs, many pairs: the median of their ratios is the steadiest figure)
+        check = await time_check(engine, 200 if quick else 500, 21 if quick else 161, zero_repeats)
     print()
     print(
         "plain = plain await, us per call; T(0) = tether run with K=0, us per run;\n"
@@ -254,6 +309,8 @@ async def main(quick: bool) -> None:
             f"  {name:<14} {marginals[name]:>7.2f} us per step = {ratio:.2f} checkpoints "
             f"[{min(ratios):.2f}-{max(ratios):.2f}] ({ok} <= {target:g})"
         )
+    print()
+    print(check)
 
 
 if __name__ == "__main__":

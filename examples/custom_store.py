@@ -28,6 +28,7 @@ from tether.stores import (
     Store,
     check_append,
     check_run_filter,
+    check_run_id,
     decide_cancel,
     decide_claim,
     dumps_record,
@@ -65,6 +66,7 @@ class JsonDictStore:
     # -- runs ------------------------------------------------------------------------
 
     async def create_run(self, record: RunRecord) -> None:
+        check_run_id(record.run_id)  # UsageError for an id no store may keep
         await trio.lowlevel.checkpoint()  # before any change: a cancelled call wrote nothing
         if record.run_id in self.runs:
             raise tether.RunConflictError(f"run {record.run_id!r} already exists in {self!r}")

@@ -4,16 +4,19 @@ The runnable companion of docs/how-to/several-processes.md: each of its code
 blocks appears here verbatim, and what the page shows is what this prints.
 Run it with ``python examples/processes.py`` (it takes a few seconds). The
 other processes are copies of this file, started with arguments:
-``python examples/processes.py run|resume FOLDER RUN_ID``.
+``python examples/processes.py run|resume|deliver FOLDER RUN_ID``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from functools import partial
 from pathlib import Path
@@ -64,6 +67,58 @@ async def fulfil(order_id: str) -> list[str]:
     return [await charge(order_id), await ship(order_id)]
 
 
+# -- another system: the warehouse, with a database of its own -------------------------
+
+
+def open_warehouse() -> None:
+    with contextlib.closing(sqlite3.connect(folder / "warehouse.db")) as db, db:
+        db.execute("CREATE TABLE fences (order_id TEXT PRIMARY KEY, token INTEGER)")
+        db.execute("CREATE TABLE log (order_id TEXT, token INTEGER, shipped INTEGER)")
+
+
+def warehouse_ship(order_id: str, token: int) -> bool:
+    """Ship *order_id*, unless a writer with a greater fencing token came first."""
+    with contextlib.closing(sqlite3.connect(folder / "warehouse.db")) as db, db:
+        shipped = db.execute(
+            "INSERT INTO fences VALUES (?, ?) ON CONFLICT (order_id) DO UPDATE"
+            " SET token = excluded.token WHERE excluded.token >= fences.token",
+            (order_id, token),
+        ).rowcount
+        db.execute("INSERT INTO log VALUES (?, ?, ?)", (order_id, token, shipped))
+    return shipped == 1
+
+
+def warehouse_log(order_id: str) -> str:
+    """What the warehouse did for *order_id*, in order."""
+    with contextlib.closing(sqlite3.connect(folder / "warehouse.db")) as db:
+        rows = db.execute(
+            "SELECT token, shipped FROM log WHERE order_id = ? ORDER BY rowid", (order_id,)
+        )
+        return ", ".join(f"token {t} {'shipped' if s else 'refused'}" for t, s in rows)
+
+
+def wait_for_go(order_id: str) -> None:
+    """The courier takes its time: until this example lets it go, from any process."""
+    while not (folder / f"{order_id}.go").exists():
+        time.sleep(0.02)
+
+
+@tether.step
+async def hand_over(order_id: str) -> str:
+    token = tether.fencing_token()  # this execution's: greater after a takeover
+    did(f"ship {order_id}")
+    # A call already on its way: in a thread, which a lost lease does not stop.
+    await trio.to_thread.run_sync(wait_for_go, order_id)
+    if not warehouse_ship(order_id, token):
+        raise RuntimeError(f"the warehouse refused token {token} for {order_id}")
+    return f"parcel {order_id}, token {token}"
+
+
+@tether.workflow(name="orders.deliver")
+async def deliver(order_id: str) -> list[str]:
+    return [await hand_over(order_id)]
+
+
 # -- the other processes ---------------------------------------------------------------
 
 
@@ -76,6 +131,8 @@ async def worker(command: str, where: str, run_id: str) -> None:
         try:
             if command == "run":
                 result = await engine.run(fulfil, run_id, run_id=run_id)
+            elif command == "deliver":
+                result = await engine.run(deliver, run_id, run_id=run_id)
             else:
                 result = await engine.resume(run_id)
         except tether.RunConflictError as exc:
@@ -216,15 +273,32 @@ async def cancel_elsewhere(engine: tether.Engine) -> None:
         print("resuming it raises RunCancelledError")
 
 
+async def zombie_refused(engine: tether.Engine) -> None:
+    print("5. another system refuses a paused process's late write")
+    async with trio.open_nursery() as nursery:
+        a = await start(nursery, "deliver", "order-5")
+        await shipping(engine, "order-5")
+        a.send_signal(signal.SIGSTOP)  # paused while its call to the warehouse is on its way
+        (folder / "order-5.go").touch()
+        result = await resume_when_free(engine, "order-5", every=0.2)
+        print(f"resumed here once its lease expired: {result}")
+        a.send_signal(signal.SIGCONT)  # its call goes on, with its old token
+        lost = await outcome(a) == {"lost": True}
+        print(f"the old owner's engine.run raised LeaseLostError: {lost}")
+    print(f"the warehouse: {warehouse_log('order-5')}")
+
+
 async def main() -> None:
     global folder
     with tempfile.TemporaryDirectory() as where:
         folder = Path(where)
+        open_warehouse()
         async with tether.open_engine(tether.SQLiteStore(folder / "shop.db")) as engine:
             await two_resume_at_once(engine)
             await killed_owner(engine)
             await paused_owner(engine)
             await cancel_elsewhere(engine)
+            await zombie_refused(engine)
 
 
 if __name__ == "__main__":

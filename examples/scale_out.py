@@ -4,9 +4,9 @@ The runnable companion of docs/how-to/scale-out.md: each of its code blocks
 appears here verbatim, and what the page shows is what this prints. Run it
 with ``python examples/scale_out.py``; it takes a few seconds. It uses the
 store named by ``$TETHER_STORE`` (for example a ``postgresql://`` URL, with
-``pip install 'tether[postgres]'``), else a new SQLite file in a temporary
-directory. The workers are copies of this file, started as
-``python examples/scale_out.py worker STORE``.
+``pip install -e '.[postgres]'``; any URL ``tether.stores.from_url`` takes),
+else a new SQLite file in a temporary directory. The workers are copies of
+this file, started as ``python examples/scale_out.py worker STORE_URL``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,6 @@ from pathlib import Path
 import trio
 
 import tether
-
-
-def store_from(spec: str) -> tether.stores.Store:
-    """A store from a spec as the command line takes it (``sqlite:PATH`` or a URL)."""
-    if spec.startswith(("postgresql://", "postgres://")):
-        return tether.PostgresStore(spec)
-    return tether.SQLiteStore(spec.removeprefix("sqlite:"))
 
 
 @tether.step
@@ -68,18 +61,18 @@ async def submit_and_wait(store: tether.stores.Store, orders: list[str]) -> None
             print(order_id, await engine.wait(order_id, timeout=60))
 
 
-def start_workers(spec: str, n: int) -> list[subprocess.Popen[bytes]]:
+def start_workers(url: str, n: int) -> list[subprocess.Popen[bytes]]:
     here = Path(__file__).resolve()
-    return [subprocess.Popen([sys.executable, str(here), "worker", spec]) for _ in range(n)]
+    return [subprocess.Popen([sys.executable, str(here), "worker", url]) for _ in range(n)]
 
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        spec = os.environ.get("TETHER_STORE") or f"sqlite:{tmp}/shop.db"
-        workers = start_workers(spec, 2)
+        url = os.environ.get("TETHER_STORE") or f"sqlite:{tmp}/shop.db"
+        workers = start_workers(url, 2)
         try:
             orders = [f"order-{n}" for n in range(1, 7)]
-            await submit_and_wait(store_from(spec), orders)
+            await submit_and_wait(tether.stores.from_url(url), orders)
         finally:
             for worker in workers:
                 worker.send_signal(signal.SIGTERM)  # each drains, then exits
@@ -90,6 +83,6 @@ async def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
-        trio.run(serve, store_from(sys.argv[2]))
+        trio.run(serve, tether.stores.from_url(sys.argv[2]))
     else:
         trio.run(main)

@@ -2,7 +2,7 @@
 
 The runnable companion of docs/how-to/schedules.md: each of its code blocks
 appears here verbatim, and what the page shows is what this prints. It needs
-croniter (``pip install 'tether[schedules]'``). Run it with ``python
+croniter (``pip install -e '.[schedules]'``). Run it with ``python
 examples/schedules.py``: it tells a quarter of an hour of a schedule's life
 in virtual time (``trio.testing.MockClock``, the engines on
 ``tether.testing.TrioWallClock``), so it takes a moment.

@@ -1,7 +1,7 @@
 """Tracing runs with OpenTelemetry: a span per execution and per step.
 
 The runnable companion of docs/how-to/tracing.md. Run it with
-``python examples/tracing.py`` (it needs ``pip install 'tether[otel]' opentelemetry-sdk``
+``python examples/tracing.py`` (it needs ``pip install -e '.[otel]' opentelemetry-sdk``
 and takes under a second). It records spans in memory and prints them as a tree.
 """
 

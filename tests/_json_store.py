@@ -2,8 +2,8 @@
 
 It is written as a third-party store would be: records as JSON text, and every
 lease rule taken from the helpers ``tether.stores`` gives store authors
-(``decide_claim``, ``fenced_update``, ``check_append``, ``decide_cancel``,
-``renewal``, ``first_gap``, ``check_served``, ``dumps_served``), inside its
+(``check_run_id``, ``decide_claim``, ``fenced_update``, ``check_append``,
+``decide_cancel``, ``renewal``, ``first_gap``, ``check_served``, ``dumps_served``), inside its
 atomic steps (no await between a read and its write). Each broken store in the
 tests overrides one method to break one rule, and the conformance check for that
 rule must catch it.
@@ -31,6 +31,7 @@ from tether.stores import (
     check_delete,
     check_now,
     check_run_filter,
+    check_run_id,
     check_served,
     decide_cancel,
     decide_claim,
@@ -84,6 +85,7 @@ class JsonStore:
         self.runs[record.run_id] = dumps_record(record.to_json())
 
     async def create_run(self, record: RunRecord) -> None:
+        check_run_id(record.run_id)
         await trio.lowlevel.checkpoint()
         if record.run_id in self.runs:
             raise tether.RunConflictError(record.run_id)

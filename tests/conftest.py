@@ -17,7 +17,7 @@ import pytest
 from tether.testing.pytest_plugin import make_store as make_store
 from tether.testing.pytest_plugin import reopen_store as reopen_store
 
-from . import _postgres
+from . import _fleet, _postgres
 
 pytest_plugins = ["pytester"]
 
@@ -36,3 +36,15 @@ def postgres_server() -> Iterator[_postgres.PostgresServer]:
         yield server
     finally:
         _postgres.stop()
+
+
+@pytest.fixture
+def fleet_database(postgres_server: _postgres.PostgresServer) -> Iterator[str]:
+    """A ``postgresql://`` URL of a fresh database, dropped after the test (for processes
+    that open their store from a URL, as ``tether worker`` does)."""
+    name = _fleet.new_database(postgres_server)
+    try:
+        yield postgres_server.conninfo(dbname=name)
+    finally:
+        postgres_server.cont()  # whatever happened, the server runs for the next test
+        _fleet.drop_database(postgres_server, name)

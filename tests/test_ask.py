@@ -209,6 +209,7 @@ async def busy() -> list[Any]:
     return [asked.result, charged.result, second.result]
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_settlement_waits_for_running_siblings_and_keeps_their_saves(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -454,6 +455,7 @@ async def test_resuming_a_paused_run_without_responses_pauses_again(tether_store
         assert effects == {"total_of(o-7)": 1}
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_ask_outside_a_run_or_in_an_untracked_task() -> None:
     with pytest.raises(tether.NotInRunError):
         await tether.ask("?", bool)

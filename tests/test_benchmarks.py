@@ -45,7 +45,14 @@ EXPECTED = {
         "SQLite FULL (baseline)",
         "group commit at W=100:",
     ),
-    "step_overhead.py": ("plain", "target", "in trio checkpoints", "parallel x100"),
+    "step_overhead.py": (
+        "plain",
+        "target",
+        "in trio checkpoints",
+        "parallel x100",
+        "unjournaled-await check (trivial",
+        "on/off per step =",
+    ),
     "store_throughput.py": (
         "target",
         "part 1: committed steps/s, group commit vs one commit per save",

@@ -338,7 +338,7 @@ async def test_bad_calls_are_usage_errors(autojump_clock: trio.abc.Clock) -> Non
     async with tether.open_engine(tether.MemoryStore()) as engine:
         with pytest.raises(tether.UsageError, match=r"takes a @tether\.workflow"):
             await engine.run(bad, "not-a-workflow")
-        with pytest.raises(tether.UsageError, match="run_id must be"):
+        with pytest.raises(tether.UsageError, match="run id '' is empty"):
             await engine.run(bad, "run-id")
         with pytest.raises(tether.UsageError, match=r"tests\.children\.kid"):
             await engine.run(bad, "arity")

@@ -78,7 +78,7 @@ def test_show_full_prints_values_whole(spec: str, monkeypatch: pytest.MonkeyPatc
     whole = cli("runs", "show", "c-1", "--full", "--store", spec).out.splitlines()
     result = next(line for line in whole if line.startswith("result:"))
     assert result == 'result:    {"order_id": "o-' + "9" * 300 + '", "weight_grams": 5}'
-    journal = whole[whole.index("journal (1 entries):") + 2]
+    journal = whole[whole.index("journal (1 entry):") + 2]
     assert journal.endswith('"o-' + "9" * 300 + '", "weight_grams": 5}')
     assert not any(line.endswith("…") for line in whole)
 

@@ -59,7 +59,6 @@ async def client(
         token=TOKEN,
         read_only=read_only,
         modules=[flows],
-        answer_wait=30.0,
     ) as dash:
         transport = httpx.ASGITransport(app=dashboard_app(dash))
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:
@@ -218,19 +217,26 @@ async def test_a_bad_answer_shows_its_error_next_to_the_field_and_journals_nothi
         assert info is not None and info.status is RunStatus.PAUSED
 
 
-async def test_a_good_answer_resumes_the_run(db: Path) -> None:
+async def test_a_good_answer_queues_the_run_for_a_worker(db: Path) -> None:
     async with client(db) as (http, dash):
         page = await http.get("/run", params={"id": ASK})
         assert f'<input type="hidden" name="token" value="{TOKEN}">' in page.text
         response = await http.post("/run/answer", data=answer())
         assert response.status_code == 303
         info = await dash.engine.get_run(ASK)
-        assert info is not None and info.status is RunStatus.COMPLETED
-        assert info.result == f"shipped o-ask (4200 cents) {flows.SCRIPT}"
+        assert info is not None and info.status is RunStatus.QUEUED  # executed nothing
+        assert [e.key for e in info.entries][-1] == "ask#0"
         page = await http.get(response.headers["location"])
-        assert "responded to ask#0; the run resumed and completed" in page.text
+        assert "responded to ask#0; the run is queued for the workers" in page.text
+        assert "stranded: no live worker serves workflow" in page.text  # none runs yet
         again = await http.post("/run/answer", data=answer())  # answered already
         assert again.status_code == 409 and "has no pending request" in again.text
+        async with tether.open_worker(dash.engine):
+            with trio.fail_after(60):
+                result = await dash.engine.wait(ASK)
+        assert result == f"shipped o-ask (4200 cents) {flows.SCRIPT}"
+        page = await http.get(response.headers["location"])
+        assert "stranded" not in page.text and "s-completed" in page.text
 
 
 async def test_writes_need_the_token_a_same_origin_form_post_and_the_right_host(db: Path) -> None:

@@ -41,8 +41,9 @@ def test_the_demo_tells_the_story_and_keeps_its_promises(tmp_path: Path) -> None
     assert "replayed from the journal, not executed: ['load_order#0', 'charge#0']" in text
     assert "executions: {'charge': 1, 'load_order': 1, 'reserve': 2, 'ship': 1}" in text
     # 3: the hung store does not hold the caller
-    elapsed = re.search(r"TooSlowError after (\d+\.\d+) s", text)
-    assert elapsed is not None and float(elapsed.group(1)) < 0.5, text
+    # (the deadline's TooSlowError, not the hung save's SaveTimeoutError after 5 s)
+    assert re.search(r"TooSlowError after \d+\.\d+ s", text), text
+    assert "ok: the caller's 0.2 s deadline was met while the store hung" in text
     assert "status: running (resumable" in text
     # 4: the child is killed mid-run and the run resumes from the file
     assert len(re.findall(r"child \d+: stored pack#\d", text)) == _demo.KILL_AFTER

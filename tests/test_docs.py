@@ -7,9 +7,13 @@
 - every ```python block of a page with an example appears in it verbatim;
 - the ```python blocks of ``how-to/test-a-workflow.md``, together, are a test
   module: they are executed here and their tests collected into this module;
-- every other ```python block in ``docs/`` appears verbatim in some example;
+- every other ```python block in ``docs/``, and in ``README.md``, appears verbatim
+  in some example (README's first, ``examples/readme.py``, runs here as a user runs
+  it);
 - every relative link (and its #anchor) in ``docs/`` and ``README.md`` points to
   something in the repository;
+- ``docs/index.md`` and README's documentation list link to every page of the
+  site's nav (``mkdocs.yml``);
 - ``examples/shop``, a project of its own, knows the markers tether's
   commands use (``pytest -m "not slow"`` works there).
 """
@@ -187,6 +191,33 @@ def test_every_python_block_is_checked(page: Path) -> None:
         )
 
 
+def test_readme_python_blocks_are_examples() -> None:
+    readme = ROOT / "README.md"
+    code = python_blocks(readme)
+    assert code, "README.md has no ```python block"
+    sources = [p.read_text(encoding="utf-8") for p in sorted(EXAMPLES.rglob("*.py"))]
+    for block in code:
+        assert any(block.text in s for s in sources), (
+            f"README.md:{block.line}: this block is in no file under examples/:\n{block.text}"
+        )
+    assert code[0].text in (EXAMPLES / "readme.py").read_text(encoding="utf-8")
+
+
+def test_readme_first_example_runs_as_is(tmp_path: Path) -> None:
+    # As a user runs it, twice, in a directory of their own: the second run finds the
+    # finished run in runs.db and returns its stored result.
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLES / "readme.py")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout) == (0, "(1250, 'shelf-o-1')\n"), done.stderr
+    assert (tmp_path / "runs.db").exists()
+
+
 def test_code_fences_are_labelled() -> None:
     for page in pages():
         for block in blocks(page):
@@ -299,6 +330,39 @@ def _check_relative_links(page: Path) -> int:
 def test_relative_links_resolve() -> None:
     checked = sum(_check_relative_links(page) for page in pages())
     assert checked >= 10, f"only {checked} relative links found in docs/"
+
+
+def nav_pages() -> list[str]:
+    """The pages of the site's nav (``mkdocs.yml``), in order, as paths under ``docs/``."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config.split("\nnav:\n", 1)[1]
+    return re.findall(r"^\s+-\s+(?:[^:\n]+:\s+)?([\w./-]+\.md)\s*$", nav, re.M)
+
+
+def _links_from(page: Path, text: str) -> set[Path]:
+    """Where the relative links of *text* (on *page*) point, resolved."""
+    targets = (t.partition("#")[0] for t in _LINK.findall(text))
+    return {(page.parent / t).resolve() for t in targets if t and not re.match(r"[a-z]+:", t)}
+
+
+def _nav_target(page: str) -> Path:
+    """The file a nav page is made from: under ``docs/``, or (a page the example hook
+    generates, ``examples/index.md``) the folder of examples it lists."""
+    source = DOCS / page
+    return source if source.exists() else (ROOT / page).parent
+
+
+def test_the_home_page_and_readme_list_every_page_of_the_nav() -> None:
+    pages = [p for p in nav_pages() if p != "index.md"]
+    assert {"how-to/messages.md", "reference/cli.md", "examples/index.md"} <= set(pages)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = readme.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    for name, linked in (
+        ("docs/index.md", _links_from(DOCS / "index.md", _prose(DOCS / "index.md"))),
+        ("README.md's documentation list", _links_from(ROOT / "README.md", listed)),
+    ):
+        missing = [p for p in pages if _nav_target(p) not in linked]
+        assert not missing, f"{name} does not link to these pages of mkdocs.yml's nav: {missing}"
 
 
 def test_readme_links_stay_in_the_repository() -> None:

@@ -648,6 +648,7 @@ def test_hooks_are_checked() -> None:
 # -- errors and misuse ----------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_step_outside_a_run_or_in_an_untracked_task() -> None:
     with pytest.raises(tether.NotInRunError, match="outside a tether run"):
         await double(1)

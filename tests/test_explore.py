@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "sh
 import shop  # the example project's workflows
 
 REFUND_ANSWERS = {"ask#0": {"approved": True, "note": "ok"}}
+#: The courier's two scans shop.deliver receives, in the order sent.
+SCANS = [("scanned", "at the depot"), ("scanned", "at the door")]
 
 #: The project's example workflows: (workflow, args, explore() keywords).
 EXAMPLES: dict[str, tuple[tether.Workflow[..., Any], tuple[Any, ...], dict[str, Any]]] = {
@@ -48,6 +50,7 @@ EXAMPLES: dict[str, tuple[tether.Workflow[..., Any], tuple[Any, ...], dict[str, 
     "fan-out-with-failure": (shop.reserve_all, (["lamp", "ghost", "desk"],), {}),
     "ask": (shop.approve_refund, ("o-2", 500), {"responses": REFUND_ANSWERS}),
     "stream": (shop.daily_report, ("mon",), {}),
+    "messages": (shop.deliver, ("o-4",), {"messages": SCANS}),
 }
 
 
@@ -505,6 +508,77 @@ def test_hypothesis_shrinks_a_failing_plan_to_one_fault() -> None:
     assert len(smallest.injections) == 1
     [injection] = smallest.injections
     assert injection is not None and injection.kind == "fail"
+
+
+# -- messages ----------------------------------------------------------------------
+
+
+def test_messages_are_sent_to_the_run_as_it_is_created() -> None:
+    explorer = Explorer(shop.deliver, "o-4", messages=SCANS)
+    assert explorer.points(0) == (
+        (
+            "record:created",
+            "start:dispatch#0",
+            "save:dispatch#0",
+            "stored:dispatch#0",
+            "save:receive.scanned#0",
+            "stored:receive.scanned#0",
+            "receive:receive.scanned#0",
+            "save:receive.scanned#1",
+            "stored:receive.scanned#1",
+            "receive:receive.scanned#1",
+            "record:completed",
+        ),
+    )
+    assert explorer.outcome() == "returned 'parcel-o-4: at the depot, then at the door'"
+    # A crash as the first scan is taken: the next process takes it again, once.
+    report = explore(shop.deliver, "o-4", seeds=2, messages=SCANS, faults=["crash", "cancel"])
+    assert report.outcome == explorer.outcome()
+
+
+@pytest.mark.tether_stores("memory", "sqlite", "file")
+def test_messages_reach_the_run_on_every_store(tether_explore: Any) -> None:
+    report = tether_explore(shop.deliver, "o-4", seeds=1, messages=SCANS, faults=["crash"])
+    assert report.outcome == "returned 'parcel-o-4: at the depot, then at the door'"
+
+
+def test_a_run_that_waits_for_a_message_never_sent_is_refused_saying_how() -> None:
+    with pytest.raises(tether.UsageError) as none:
+        explore(shop.deliver, "o-4", seeds=1)
+    assert str(none.value) == (
+        "workflow shop.deliver: the uninterrupted run waits in tether.receive for message "
+        "'scanned', which explore() never sends (it sends: none); pass the messages the run "
+        "receives, in the order they are sent: explore(..., messages=[('scanned', ...)]); "
+        "they are sent to the run as it is created"
+    )
+    with pytest.raises(tether.UsageError, match=r"never sends \(it sends: scanned\)"):
+        explore(shop.deliver, "o-4", seeds=1, messages=SCANS[:1])  # the second scan is missing
+
+
+@tether.workflow(name="tests.explore.naps")
+async def naps() -> int:
+    await tether.sleep(10)
+    return 1
+
+
+def test_an_execution_past_the_limit_says_what_the_run_waits_for() -> None:
+    with pytest.raises(tether.InvariantViolation) as caught:
+        explore(naps, seeds=1, limit=5)
+    assert (
+        "execution 0 did not return within 5.0s of virtual time (a durable timer waits "
+        "until 2030-01-01T00:00:10+00:00); the explorer crashed the store to stop it"
+    ) in str(caught.value)
+
+
+def test_messages_are_checked_as_engine_send_checks_them() -> None:
+    with pytest.raises(tether.UsageError, match=r"messages=: .*declares it as str, and the int"):
+        explore(shop.deliver, "o-4", messages=[("scanned", 3)])
+    with pytest.raises(tether.UsageError, match=r"declares no such message \(it declares 'scan"):
+        explore(shop.deliver, "o-4", messages=[("signed", "yes")])
+    with pytest.raises(tether.UsageError, match=r"each of messages= is a \(name, value\) pair"):
+        explore(shop.deliver, "o-4", messages=[("scanned",)])  # type: ignore[list-item]
+    with pytest.raises(tether.UsageError, match=r"takes messages=\[\(name, value\), \.\.\.\]"):
+        explore(shop.deliver, "o-4", messages={"scanned": "x"})  # type: ignore[arg-type]
 
 
 # -- misuse -----------------------------------------------------------------------

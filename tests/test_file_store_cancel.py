@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,6 @@ from tether.stores import Entry, RunRecord, RunStatus, utcnow
 from tether.testing import Call, Crash, Do, FaultyStore, Hang, SimulatedCrash
 
 NOW = utcnow()
-#: How long a call cut short may take in all, in real seconds: generous, for its deadline is
-#: 0.3 s and the blocks it meets last 10 s or more.
-PROMPT = 1.0
 _real_fsync = os.fsync
 
 
@@ -62,6 +58,8 @@ class HungDisk:
 
     Armed for one fsync: the first worker thread that reaches one (in the middle
     of a write: its temporary file is written, not yet published) waits there.
+    A caller that got control back while the fsync still hangs (``reached`` set,
+    ``done`` not) did not wait for its write: it was prompt, whatever the clock.
     """
 
     def __init__(self, hold: float = 30.0) -> None:
@@ -69,9 +67,11 @@ class HungDisk:
         self.armed = False
         self.reached = threading.Event()
         self.release = threading.Event()
+        self.done = threading.Event()  # the hung fsync went on
 
     def arm(self) -> None:
         self.reached.clear()
+        self.done.clear()
         self.armed = True
 
     def fsync(self, fd: int) -> None:
@@ -79,7 +79,12 @@ class HungDisk:
             self.armed = False
             self.reached.set()
             self.release.wait(self.hold)
+            self.done.set()
         _real_fsync(fd)
+
+    def hanging(self) -> bool:
+        """The armed fsync was reached and still hangs."""
+        return self.reached.is_set() and not self.done.is_set()
 
 
 @pytest.fixture
@@ -127,14 +132,11 @@ def locked_by_another_process(lock: Path) -> Iterator[None]:
             proc.wait(timeout=30)
 
 
-async def cut_short(call: Callable[[], Awaitable[object]], *, deadline: float = 0.3) -> float:
-    """Run ``call()`` under a deadline that must strike; the real seconds it took."""
-    start = time.monotonic()
+async def cut_short(call: Callable[[], Awaitable[object]], *, deadline: float = 0.3) -> None:
+    """Run ``call()`` under a deadline that must strike."""
     with trio.move_on_after(deadline) as scope:
         await call()
-    took = time.monotonic() - start
     assert scope.cancelled_caught, "the call returned before its deadline"
-    return took
 
 
 # -- another process holds the run's lock: the call is withdrawn -------------------------
@@ -158,12 +160,11 @@ async def test_a_deadline_is_prompt_while_another_process_holds_the_runs_lock(
         await store.create_run(record(status=RunStatus.QUEUED))
         stored = await store.get_run("r")
         with locked_by_another_process(tmp_path / "r" / ".lock"):
-            took = await cut_short(lambda: CALLS[method](store))
-            # The write would poll for the lock for 10 s; the caller left at its deadline.
-            assert took < PROMPT
-            start = time.monotonic()
-            await store.close()  # the abandoned thread withdrew: nothing to wait for
-            assert time.monotonic() - start < PROMPT
+            # The write would poll for the lock for 10 s; the caller leaves at its deadline.
+            await cut_short(lambda: CALLS[method](store))
+        # The lock is free now: a thread still waiting for it would take it and write,
+        # and close() would wait for that.
+        await store.close()
     # Nothing was written: the thread stopped waiting for the lock when its caller left.
     async with opened(tmp_path) as store:
         assert await store.get_run("r") == stored
@@ -184,8 +185,8 @@ async def test_an_abandoned_append_lands_whole_and_close_waits_for_it(
     await store.open()
     await store.create_run(record())
     hung.arm()
-    took = await cut_short(lambda: store.append("r", [entry("s#1"), entry("s#2")]))
-    assert took < PROMPT and hung.reached.is_set()  # cut short in the middle of its write
+    await cut_short(lambda: store.append("r", [entry("s#1"), entry("s#2")]))
+    assert hung.hanging()  # cut short in the middle of its write, which still hangs
     # Not published: readers see none of it, and the temporary file is all there is.
     assert list(await store.load_entries("r")) == []
     assert [p.name[:5] for p in (tmp_path / "r" / "entries").iterdir()] == [".tmp-"]
@@ -217,10 +218,9 @@ async def test_close_names_a_thread_that_never_ends_and_a_later_open_reads_afres
     await store.create_run(record())
     hung.arm()
     await cut_short(lambda: store.append("r", [entry("s#1")]))
-    start = time.monotonic()
     with pytest.raises(tether.StoreError, match=r"still running after 0\.2 s \(appending to run"):
         await store.close()
-    assert time.monotonic() - start < PROMPT
+    assert hung.hanging()  # close() gave up on the thread, which still hangs
     with pytest.raises(tether.UsageError, match="is not open"):
         await store.get_run("r")  # closed all the same
     await store.open()  # a new session, while the old one's thread still hangs
@@ -269,8 +269,8 @@ async def test_a_run_cut_short_in_a_hung_save_resumes_with_what_landed(
     calls[0] = 0
     async with tether.open_engine(tether.FileStore(tmp_path)) as engine:
         store = engine.store
-        took = await cut_short(lambda: engine.run(two_steps, "hung", run_id="r"))
-        assert took < PROMPT and hung.reached.is_set()
+        await cut_short(lambda: engine.run(two_steps, "hung", run_id="r"))
+        assert hung.hanging()
         hung.release.set()
         # The resume waits for the run's lock until the late save landed, then replays it.
         assert await engine.resume("r") == 42
@@ -297,8 +297,8 @@ async def test_a_claim_that_lands_after_its_caller_left_is_taken_again(
         store = engine.store
         await engine.submit(answer, run_id="r")
         hung.arm()  # the claim's write of run.json hangs, under the run's lock
-        took = await cut_short(lambda: engine.run(answer, run_id="r"))
-        assert took < PROMPT and hung.reached.is_set()
+        await cut_short(lambda: engine.run(answer, run_id="r"))
+        assert hung.hanging()
         hung.release.set()
         # The same owner's next claim waits for the lock, sees the late claim, takes it.
         assert await engine.run(answer, run_id="r") == 42
@@ -313,10 +313,8 @@ async def test_a_worker_claim_that_lands_after_its_caller_left_is_taken_again(
     async with opened(tmp_path) as store:
         await store.create_run(record(status=RunStatus.QUEUED))
         hung.arm()
-        took = await cut_short(
-            lambda: store.claim_next("w1", ttl=60, workflows=["w"], max_dispatches=5)
-        )
-        assert took < PROMPT and hung.reached.is_set()
+        await cut_short(lambda: store.claim_next("w1", ttl=60, workflows=["w"], max_dispatches=5))
+        assert hung.hanging()
         hung.release.set()
         # Another worker that knows w1 is gone takes the run over (waiting for the lock
         # until the late claim landed: running under w1's live lease).
@@ -353,10 +351,9 @@ async def test_the_torn_append_simulation_does_not_wait_for_an_abandoned_append(
         await cut_short(lambda: store.append("r", [entry("s#1")]))
         faulty = FaultyStore(store)
         faulty.inject("append", Crash(torn=True))
-        start = time.monotonic()
         with pytest.raises(SimulatedCrash):
             await faulty.append("r", [entry("s#2")])
-        assert time.monotonic() - start < PROMPT  # the event loop never waited for it
+        assert hung.hanging()  # the event loop never waited for the abandoned append
         hung.release.set()
     async with opened(tmp_path) as store:
         assert [e.key for e in await store.load_entries("r")] == ["s#1"]  # landed whole
@@ -418,7 +415,7 @@ async def test_bench_cancel_finds_no_bug_on_a_file_store(
     assert result.bugs == (), [f.message for f in result.bugs]
     for sample in result.samples:
         assert sample.fault_reached and sample.resumable
-        assert sample.overshoot is not None and sample.overshoot < 0.25
+        assert sample.overshoot is not None  # cancelled by the deadline (judged: no bug)
         assert sample.threads_after_close == ()
     if fault == "hung disk":
         assert disk.reached.is_set()

@@ -34,7 +34,7 @@ import signal
 import sqlite3
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,17 +64,6 @@ FLEET_DEADLINE = 150.0
 
 
 # -- stores and processes --------------------------------------------------------------------
-
-
-@pytest.fixture
-def fleet_database(postgres_server: PostgresServer) -> Iterator[str]:
-    """A ``postgresql://`` URL of a fresh database, dropped after the test."""
-    name = _fleet.new_database(postgres_server)
-    try:
-        yield postgres_server.conninfo(dbname=name)
-    finally:
-        postgres_server.cont()  # whatever happened, the server runs for the next test
-        _fleet.drop_database(postgres_server, name)
 
 
 def with_app_name(url: str, name: str) -> str:

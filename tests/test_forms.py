@@ -11,8 +11,10 @@ import attrs
 import pytest
 
 import tether
+from tether._codec._converter import describe
+from tether._codec._resolve import resolve_type
 from tether._errors import Request
-from tether._ui._forms import ANSWER, decode, form_for, resolve_type
+from tether._ui._forms import ANSWER, decode, form_for
 from tether.stores import EntryKind
 
 HERE = [sys.modules[__name__]]
@@ -62,9 +64,13 @@ def test_types_are_found_by_name_among_builtins_and_the_modules_given() -> None:
     assert resolve_type("Outer.Inner", HERE) is Outer.Inner
     assert resolve_type("Order", []) is None  # not imported: unknown
     assert resolve_type("Nope", HERE) is None
-    # Never evaluated: a generic name is not looked up at all.
-    assert resolve_type("list[int]", HERE) is None
+    # Generic names are read by their syntax, never evaluated.
+    assert resolve_type("list[int]", HERE) == list[int]
+    nested = dict[str, Order | None]
+    assert resolve_type(describe(nested), HERE) == nested  # names Order with its module
     assert resolve_type("__import__('os')", HERE) is None
+    assert resolve_type("os.system", HERE) is None  # not a type
+    assert resolve_type("list[Nope]", HERE) is None
 
 
 def test_a_name_two_modules_define_differently_is_not_guessed() -> None:

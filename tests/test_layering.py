@@ -38,6 +38,7 @@ ENGINE_METHODS = (
     "open_resume",
     "open_run",
     "owner",
+    "respond",
     "resume",
     "run",
     "save_timeout",

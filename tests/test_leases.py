@@ -33,6 +33,7 @@ from tether.stores import (
 )
 from tether.testing import Delay, Do, FaultyStore, Hang, StoreConformanceError, check_store
 from tether.testing._conformance_messages import MESSAGE_CHECKS
+from tether.testing._conformance_respond import RESPOND_CHECKS
 from tether.testing._faulty import Call
 
 from ._json_store import JsonStore, json_alter, json_corrupt, json_remove
@@ -146,8 +147,10 @@ HOOKS = {"corrupt": json_corrupt, "remove": json_remove, "alter": json_alter}
 
 async def test_the_json_store_passes_every_check_with_its_hooks() -> None:
     result = await check_store(JsonStore, **HOOKS)  # type: ignore[arg-type]
-    # (It keeps no messages: tests/test_mailbox.py checks a mailbox built on it.)
-    assert [name for name, _ in result.skipped] == ["reopen", "watch", *MESSAGE_CHECKS]
+    # (It keeps no messages and takes no responds: tests/test_mailbox.py checks a mailbox
+    # built on it, tests/test_respond.py a respond.)
+    skipped = ["reopen", "watch", *MESSAGE_CHECKS, *RESPOND_CHECKS]
+    assert [name for name, _ in result.skipped] == skipped
 
 
 @pytest.mark.parametrize(

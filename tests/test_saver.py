@@ -80,6 +80,7 @@ async def test_the_records_of_parallel_steps_go_to_the_store_in_one_append(
     assert {e.key for e in info.entries} == {f"quick#{i}" for i in range(10)}
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_a_step_queued_behind_a_save_in_flight_returns_once_its_own_is_stored(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -103,6 +104,7 @@ async def test_a_step_queued_behind_a_save_in_flight_returns_once_its_own_is_sto
     assert sizes == [1, 1]
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_save_timeout_counts_from_when_a_save_was_queued(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -212,6 +214,7 @@ async def test_the_caller_wins_over_a_sibling_failure_while_saves_wait(
     assert info is not None and info.status is RunStatus.RUNNING  # no status written
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_a_queued_step_is_cut_short_by_the_caller_at_once(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -164,7 +164,7 @@ def test_an_argument_that_does_not_encode_fails_at_definition() -> None:
 
 def test_without_croniter_the_message_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "croniter", None)  # import croniter: ImportError
-    with pytest.raises(tether.UsageError, match=r"pip install 'tether\[schedules\]'"):
+    with pytest.raises(tether.UsageError, match=r"pip install -e '\.\[schedules\]'"):
         tether.schedule(beat, cron="* * * * *", args=("x", 1), name="x")
 
 

@@ -568,6 +568,7 @@ async def hold_open(style: str) -> None:
             await trio.sleep_forever()
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_the_callers_cancellation_cuts_cleanup_scope_short(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -702,6 +703,7 @@ async def two_consumers() -> str:
     return "ok"
 
 
+@pytest.mark.filterwarnings("ignore::tether.UnjournaledAwaitWarning")  # blocks on purpose
 async def test_only_one_task_waits_for_an_item(autojump_clock: trio.abc.Clock) -> None:
     async with tether.open_engine(tether.MemoryStore()) as engine:
         assert await engine.run(two_consumers, run_id="r") == "ok"

@@ -95,6 +95,7 @@ def on_files(files: Files, *, config: MkDocsConfig) -> Files:
         # Reached by links and from the index, not listed in the nav one by one.
         files.append(File.generated(config, uri, content=body, inclusion=InclusionLevel.NOT_IN_NAV))
     files.append(File.generated(config, "examples/index.md", content=_index(pages)))
+    _generated[EXAMPLES] = "examples/index.md"  # a link to the folder: its index
     return files
 
 

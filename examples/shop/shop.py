@@ -1,9 +1,10 @@
 """A shop's workflows: the example project the explorer and the pytest plugin are shown on.
 
-Four shapes of workflow: sequential steps, a fan-out where one branch fails,
-a human approval, and a stream. Steps only compute from their arguments, so
-every run of a workflow with the same arguments has the same outcome: what
-the explorer needs to compare an interrupted run with an uninterrupted one.
+Five shapes of workflow: sequential steps, a fan-out where one branch fails,
+a human approval, a stream, and a delivery that waits for messages. Steps
+only compute from their arguments, so every run of a workflow with the same
+arguments has the same outcome: what the explorer needs to compare an
+interrupted run with an uninterrupted one.
 """
 
 from collections.abc import AsyncIterator
@@ -117,3 +118,20 @@ async def daily_report(day: str) -> str:
         async for cents in rows:
             total += cents
     return await report(day, total)
+
+
+# -- messages -------------------------------------------------------------------------
+
+
+@tether.step
+async def dispatch(order_id: str) -> str:
+    await trio.sleep(0.1)  # the warehouse
+    return f"parcel-{order_id}"
+
+
+@tether.workflow(name="shop.deliver", messages={"scanned": str})
+async def deliver(order_id: str) -> str:
+    parcel = await dispatch(order_id)
+    depot = await tether.receive("scanned", str)  # the courier's scans, in the order sent
+    door = await tether.receive("scanned", str)
+    return f"{parcel}: {depot}, then {door}"

@@ -8,6 +8,7 @@ crashes, fails or times out resumes without repeating finished steps.
 
 from ._api._ask import ask as ask
 from ._api._children import child as child
+from ._api._fencing import fencing_token as fencing_token
 from ._api._parallel import Handle as Handle
 from ._api._parallel import Parallel as Parallel
 from ._api._parallel import parallel as parallel
@@ -36,6 +37,7 @@ from ._core._events import RunFinished as RunFinished
 from ._core._events import RunPaused as RunPaused
 from ._core._events import RunStarted as RunStarted
 from ._core._events import StepFinished as StepFinished
+from ._core._events import StepRetrying as StepRetrying
 from ._core._events import StepStarted as StepStarted
 from ._core._events import StreamItem as StreamItem
 from ._core._events import TimerFired as TimerFired
@@ -67,10 +69,12 @@ from ._errors import SaveTimeoutError as SaveTimeoutError
 from ._errors import StoreError as StoreError
 from ._errors import StreamClosed as StreamClosed
 from ._errors import TetherError as TetherError
+from ._errors import UnjournaledAwaitWarning as UnjournaledAwaitWarning
 from ._errors import UnknownRequestError as UnknownRequestError
 from ._errors import UnsupportedTrioError as UnsupportedTrioError
 from ._errors import UsageError as UsageError
 from ._errors import WorkflowNotFoundError as WorkflowNotFoundError
+from ._errors import set_public_module as _set_public_module
 from ._version import __version__ as __version__
 from ._worker._schedule import Schedule as Schedule
 from ._worker._schedule import schedule as schedule
@@ -122,6 +126,7 @@ __all__ = (
     "Schedule",
     "Step",
     "StepFinished",
+    "StepRetrying",
     "StepStarted",
     "StoreError",
     "SystemClock",
@@ -132,6 +137,7 @@ __all__ = (
     "TetherError",
     "TimerFired",
     "TimerStarted",
+    "UnjournaledAwaitWarning",
     "UnknownRequestError",
     "UnsupportedTrioError",
     "UsageError",
@@ -144,6 +150,7 @@ __all__ = (
     "cleanup_scope",
     "deprecate_patch",
     "describe_event",
+    "fencing_token",
     "open_engine",
     "open_stream",
     "open_worker",
@@ -159,3 +166,6 @@ __all__ = (
     "stream_step",
     "workflow",
 )
+
+# Tracebacks and reprs name the public home of these, not the private module.
+_set_public_module(__name__, globals(), __all__)

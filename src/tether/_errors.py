@@ -8,12 +8,17 @@ the step key and, for files, the path, and say what to do next.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, final
+from types import FunctionType
+from typing import Any, Final, final
 
 import attrs
 
 __all__ = (
+    "MAX_MEMBERS",
+    "MAX_MESSAGE",
+    "MAX_TRACEBACK",
     "ErrorInfo",
     "Paused",
     "Request",
@@ -34,25 +39,86 @@ __all__ = (
     "StoreError",
     "StreamClosed",
     "TetherError",
+    "UnjournaledAwaitWarning",
     "UnknownRequestError",
     "UnsupportedTrioError",
     "UsageError",
     "WorkflowNotFoundError",
+    "set_public_module",
+    "storable_text",
 )
+
+
+#: The longest :attr:`ErrorInfo.message` stored, in characters (its middle is cut beyond).
+MAX_MESSAGE: Final = 8 * 1024
+#: The longest :attr:`ErrorInfo.traceback` stored, in characters (its middle is cut beyond).
+MAX_TRACEBACK: Final = 16 * 1024
+#: The most :attr:`ErrorInfo.members` stored for one exception group (the first ones).
+MAX_MEMBERS: Final = 64
+
+
+def storable_text(text: str, limit: int | None = None) -> str:
+    """*text* as every store can keep it: the one guard of text that reaches a store.
+
+    Lone surrogates (as in a file name from ``os.listdir`` that is not
+    UTF-8), which UTF-8 cannot hold, are written as their backslash escapes
+    (the six characters ``\\udce9``); beyond *limit* characters (``None``:
+    no limit), the middle is cut and replaced by a line saying how many
+    characters were cut, so the beginning and the end stay readable. Text
+    that needs neither is returned as it is.
+    """
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if limit is not None and len(text) > limit:
+        # The marker's length depends on the count it states: size it for the largest.
+        marker = f"\n[... {len(text)} characters cut ...]\n"
+        keep = max(0, limit - len(marker))
+        head = keep // 2
+        tail = keep - head
+        cut = len(text) - head - tail
+        marker = f"\n[... {cut} characters cut ...]\n"
+        text = text[:head] + marker + (text[len(text) - tail :] if tail else "")
+    return text
 
 
 @final
 @attrs.frozen(kw_only=True)
 class ErrorInfo:
-    """A stored description of an exception (never the exception itself)."""
+    """A stored description of an exception (never the exception itself).
+
+    Made by tether from the exception (every text in it made storable: see
+    :func:`storable_text`). Records stored before ``traceback`` and
+    ``members`` existed read with ``None`` and ``()``.
+    """
 
     type: str  #: qualified name of the exception class
-    message: str  #: ``str(exc)``
+    message: str  #: ``str(exc)``, at most :data:`MAX_MESSAGE` characters
     key: str | None = None  #: the step key the error came out of, if any
+    #: the formatted traceback (``traceback.format_exception``: chained causes
+    #: and exception-group members included), at most :data:`MAX_TRACEBACK`
+    #: characters; ``None`` for an error stored without one (by an older tether)
+    traceback: str | None = None
+    #: for an exception group, the exceptions inside it (nested groups
+    #: flattened; the first :data:`MAX_MEMBERS`), each with its ``type``,
+    #: ``message`` and ``key`` (no traceback: the group's shows theirs)
+    members: tuple[ErrorInfo, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """This error as a JSON-ready dict."""
-        return {"type": self.type, "message": self.message, "key": self.key}
+        """This error as a JSON-ready dict.
+
+        ``traceback`` and ``members`` only when there are some: an error
+        without them is written exactly as before they existed, so the
+        checksums of journal entries stored by older versions still verify.
+        """
+        data: dict[str, Any] = {"type": self.type, "message": self.message, "key": self.key}
+        if self.traceback is not None:
+            data["traceback"] = self.traceback
+        if self.members:
+            data["members"] = [m.to_json() for m in self.members]
+        return data
 
     def __str__(self) -> str:
         where = f" (step {self.key})" if self.key else ""
@@ -354,3 +420,39 @@ class InvariantViolation(TetherError, AssertionError):
     def __init__(self, message: str, plan: object = None) -> None:
         super().__init__(message)
         self.plan = plan
+
+
+def set_public_module(module: str, namespace: Mapping[str, object], names: Iterable[str]) -> None:
+    """Make *module* the home (``__module__``) of the public classes and functions in *names*.
+
+    For a package's ``__init__`` (``tether``, ``tether.stores``,
+    ``tether.testing``), over its ``__all__``: each class or function of
+    *namespace* defined in a private module of tether is shown at its public
+    home in tracebacks and reprs (``tether.CodecError``, not
+    ``tether._errors.CodecError``). One exported by two packages keeps the
+    first public home it was given. An attrs class's annotations are
+    resolved first, against the module that defines it (attrs and cattrs
+    look them up by ``__module__``).
+    """
+    for name in names:
+        obj = namespace[name]
+        if not isinstance(obj, type | FunctionType):
+            continue
+        home = obj.__module__
+        if home.split(".")[0] != "tether" or not any(p.startswith("_") for p in home.split(".")):
+            continue  # not tether's, or at a public home already
+        if isinstance(obj, type) and attrs.has(obj):
+            attrs.resolve_types(obj)
+        obj.__module__ = module
+
+
+class UnjournaledAwaitWarning(UserWarning):
+    """A workflow blocked in an await that is not a tether call.
+
+    What it awaited (an undecorated ``async def`` doing I/O, ``trio.sleep``,
+    a socket) is not journaled: it runs again when the run resumes. The
+    message names the workflow, the file and line, and what to use instead
+    (a ``@tether.step``, ``tether.sleep``). Emitted once per location (the
+    warnings module's default); tether's pytest plugin makes it an error,
+    which fails the run with this exception, raised at the await.
+    """

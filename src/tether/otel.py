@@ -6,7 +6,7 @@ Layer: tracing (``tether.otel``).
 through the OpenTelemetry API, one span for each *execution* of a run (the
 first one, each resume, each takeover) and one for each step (and stream
 step) that executes in it. Steps replayed from the journal execute nothing
-and get no span. Needs the ``otel`` extra: ``pip install 'tether[otel]'``.
+and get no span. Needs the ``otel`` extra: ``pip install -e '.[otel]'``.
 
 Where the spans go:
 
@@ -56,7 +56,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the test imports it in a process without it
     raise ImportError(
         "tether.otel needs the OpenTelemetry API, which is not installed: "
-        "pip install 'tether[otel]'"
+        "pip install -e '.[otel]' in tether's clone"
     ) from exc
 
 __all__ = ("TracingHooks", "run_span_context")

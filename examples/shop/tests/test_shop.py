@@ -90,6 +90,14 @@ def test_report_survives_every_fault(tether_explore):
     tether_explore(shop.daily_report, "mon", seeds=2)
 
 
+@pytest.mark.tether_stores("memory")
+def test_delivery_survives_every_fault(tether_explore):
+    # The courier's two scans: sent to the run as it is created, in this order.
+    scans = [("scanned", "at the depot"), ("scanned", "at the door")]
+    report = tether_explore(shop.deliver, "o-4", seeds=2, messages=scans)
+    assert report.outcome == "returned 'parcel-o-4: at the depot, then at the door'"
+
+
 @pytest.mark.tether_stores("sqlite", "file")
 def test_checkout_survives_crashes_on_disk(tether_explore):
     # On the thread-backed stores too; crashes on FileStore tear their write.

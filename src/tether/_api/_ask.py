@@ -15,10 +15,13 @@ writes (``provided``, ``accepted``, ``asking``) and the settlement itself.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, overload
+import re
+from datetime import datetime
+from typing import Any, Final, TypeVar, overload
 
 import trio
 
+from .._codec._check import diff
 from .._codec._converter import describe
 from .._codec._json import digest, dumps
 from .._codec._values import codec
@@ -28,7 +31,7 @@ from .._core._run import RunState
 from .._errors import CodecError, InvalidResponseError, Request
 from ..stores._records import Entry, EntryKind, EntryStatus, utcnow
 
-__all__ = ("ask",)
+__all__ = ("ask", "encode_response", "refused_response", "response_entry")
 
 T = TypeVar("T")
 
@@ -69,7 +72,11 @@ async def ask(payload: Any, response_type: Any, key: str | None = None) -> Any:
     """
     if key is not None:
         check_key(key)
-    frame = current_frame("tether.ask()")
+    frame = current_frame(
+        "tether.ask()",
+        alone="the run pauses there until engine.resume(run_id, responses={key: value}) "
+        "answers it; to test code that asks, run its workflow and resume it",
+    )
     ask_key, position = frame.next_call("ask", key)
     return await _response(frame.run, ask_key, position, payload, response_type)
 
@@ -123,23 +130,16 @@ async def _take_response(
     try:
         value = codec.structure(run.provided[key], response_type, what=f"the response to {key}")
     except CodecError as exc:
-        error = InvalidResponseError(
-            f"run {run.run_id!r}: the response to request {key} does not decode as "
-            f"{request.response_type}: {exc}. Nothing was journaled; the run stays "
-            "paused: resume it with a response of that type."
-        )
+        error = refused_response(run.run_id, key, request.response_type, exc)
         run.abort(error)
         await trio.lowlevel.checkpoint()  # raises Cancelled: the run is stopping
         raise error from exc  # pragma: no cover - only under a shield of the user's own
-    run.accepted[key] = Entry(
-        run_id=run.run_id,
-        key=key,
-        kind=EntryKind.RESPONSE,
-        status=EntryStatus.COMPLETED,
-        value=dumps(run.provided[key]),
-        args_digest=payload_digest,
-        started_at=started,
-        finished_at=utcnow(),
+    run.accepted[key] = response_entry(
+        run.run_id,
+        key,
+        run.provided[key],
+        payload_digest,
+        started=started,
         token=run.token,
         position=position,
     )
@@ -162,3 +162,100 @@ async def _store_responses(run: RunState) -> None:
     for wait in run.response_waits:
         wait.end()
     run.responses_stored.set()
+
+
+#: Containers and scalars a response may be given as, that JSON holds as they are.
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), list, tuple, dict})
+#: A high surrogate followed by a low one: JSON reads the pair back as one character.
+_PAIR: Final = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _paired(value: Any) -> bool:
+    """Whether a string in *value* (JSON-like values, nested) holds a surrogate pair."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            if _PAIR.search(item):
+                return True
+        elif type(item) is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif type(item) in (list, tuple):
+            stack.extend(item)
+    return False
+
+
+def encode_response(run_id: str, key: str, value: Any) -> Any:
+    """*value*, a response to *key*, as the JSON values it is journaled as: checked to come
+    back from JSON exactly (two lone surrogates never merge into one character).
+
+    The one encoding of responses, for ``resume(responses=)`` and ``engine.respond``.
+
+    Raises:
+        InvalidResponseError: it cannot be encoded, or does not come back as it was.
+    """
+    what = f"the response to {key}"
+    try:
+        primitive = codec.to_primitive(value, what=what)
+    except CodecError as exc:
+        raise InvalidResponseError(
+            f"run {run_id!r}: {exc}. Nothing was journaled; the run stays paused."
+        ) from None
+    if type(value) in _PLAIN:
+        # JSON's own values: only a surrogate pair can change (into one character).
+        different = f"{what} holds a pair of lone surrogates" if _paired(value) else None
+    else:
+        try:
+            back = codec.structure(primitive, type(value), what=what)
+        except CodecError:
+            back = value  # not decodable by its own class alone: the request's type decides
+        different = diff(value, back, what)
+    if different is not None:
+        raise InvalidResponseError(
+            f"run {run_id!r}: {what} does not survive a round trip through JSON: {different}. "
+            "Nothing was journaled; the run stays paused."
+        )
+    return primitive
+
+
+def refused_response(
+    run_id: str, key: str, type_name: str, exc: CodecError
+) -> InvalidResponseError:
+    """The one wording of a response to *key* that does not decode as its type *type_name*."""
+    return InvalidResponseError(
+        f"run {run_id!r}: the response to request {key} does not decode as {type_name}: "
+        f"{exc}. Nothing was journaled; the run stays paused: respond with a value of "
+        "that type."
+    )
+
+
+def response_entry(
+    run_id: str,
+    key: str,
+    response: Any,
+    payload_digest: str,
+    *,
+    started: datetime,
+    token: int,
+    position: int | None,
+) -> Entry:
+    """The journal entry of *response* (JSON primitives) to the request *key*.
+
+    *payload_digest* is the digest of the request's payload (replay checks
+    the request asks the same); *token* 0 and *position* ``None`` for a
+    response journaled without executing the run (``engine.respond``):
+    matched by its key alone.
+    """
+    return Entry(
+        run_id=run_id,
+        key=key,
+        kind=EntryKind.RESPONSE,
+        status=EntryStatus.COMPLETED,
+        value=dumps(response),
+        args_digest=payload_digest,
+        started_at=started,
+        finished_at=utcnow(),
+        token=token,
+        position=position,
+    )

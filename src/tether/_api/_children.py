@@ -17,8 +17,16 @@ the child by its stored status:
   parent's engine, so no task outlives the parent;
 - ``completed``: its stored result, executing nothing;
 - executing elsewhere (another live owner, such as a worker that took the
-  orphaned child over): the parent waits for it, as ``engine.wait`` does,
-  and executes it itself once that owner's lease lapses without an outcome.
+  orphaned child over), or in this engine for another parent that shares
+  its ``run_id=``: the parent waits for it, as ``engine.wait`` does, and
+  executes it itself once that owner's lease lapses without an outcome;
+  one that the other parent is still creating (its claim not landed) is
+  looked at again until it is stored, or executed here if that failed.
+
+A child whose id is its parent's own, or that of a run the parent executes
+inside of (its ancestors in this process), is refused with
+:class:`UsageError` before anything is journaled: its call would wait on
+itself.
 
 Under a worker, a child parks on its timers as its parent would (the
 parent's ``park_after``); the parent's call then waits for the child's
@@ -76,6 +84,7 @@ from .._errors import (
     UsageError,
 )
 from ..stores._records import Entry, EntryKind, EntryStatus, RunRecord, RunStatus, utcnow
+from ..stores._run_ids import check_run_id
 from ..stores._store import Store
 from ._parallel import KEYED_MARKER, KeyedCall
 from ._timers import Waiting
@@ -89,6 +98,11 @@ R = TypeVar("R")
 
 #: What a key's characters are written as in a child's run id (``:`` ends the parent's id).
 _ESCAPES: Final = (("%", "%25"), (":", "%3A"), ("/", "%2F"))
+
+#: Seconds before a child being created by another call in this engine is looked at again
+#: (doubling up to _NOT_STORED_MAX while it is still not stored).
+_NOT_STORED_FIRST: Final = 0.01
+_NOT_STORED_MAX: Final = 1.0
 
 #: The run that starts a child run in this task, for the engine's execution of it.
 _starting: ContextVar[RunState | None] = ContextVar("tether_child_of", default=None)
@@ -133,8 +147,9 @@ async def child(wf: Workflow[..., R], *args: Any, run_id: str | None = None) -> 
     child's completed saves drain; ``engine.cancel`` of this run cancels it.
 
     Raises:
-        UsageError: *wf* is not a workflow, the arguments do not fit it, or
-            *run_id* is not a non-empty string.
+        UsageError: *wf* is not a workflow, the arguments do not fit it,
+            *run_id* is not a valid run id, or it is this run's own id or
+            that of a run this one executes inside of.
         NotInRunError: outside a run, or in a task tether does not track.
         NonDeterminismError: the journal holds another call here, or this
             call with other arguments, another workflow or another run id.
@@ -175,18 +190,20 @@ async def _start(
     """Start the child run at *key* (or reattach to it) and return its result."""
     if not isinstance(wf, Workflow):
         raise UsageError(f"tether.child() takes a @tether.workflow, not {wf!r}")
-    if run_id is not None and (not isinstance(run_id, str) or not run_id):
-        raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
+    if run_id is not None:
+        check_run_id(run_id)
     engine = run.live_host()
     run.claim(key)
     args_text, _ = encode_args(wf, args)
     args_digest = digest(args_text)
     entry = run.journal.get(key)
     if entry is None:
-        child_id = run_id or child_run_id(run.run_id, key)
+        child_id = run_id or _derived_id(run, key)
+        _check_not_ancestor(run, key, child_id)
         await _journal(run, key, position, wf, child_id, args_digest)
     else:
         child_id = _journaled(run, key, position, wf, run_id, entry, args_digest)
+        _check_not_ancestor(run, key, child_id)  # (journaled by an older tether)
     try:
         return await _reattach(run, engine, key, wf, args, args_text, child_id)
     except BaseException as exc:
@@ -194,6 +211,50 @@ async def _start(
         if run.cancel_requested and not run.saver.caller_cancelled:
             await _cancel_child(run, engine, child_id)
         raise
+
+
+def _derived_id(run: RunState, key: str) -> str:
+    """The id of the child at *key* given no ``run_id=`` (:func:`child_run_id`), checked.
+
+    Raises:
+        UsageError: it is not a valid run id (this run's id is too long for it).
+    """
+    child_id = child_run_id(run.run_id, key)
+    try:
+        return check_run_id(child_id)
+    except UsageError as exc:
+        raise UsageError(
+            f"run {run.run_id!r} cannot start its child run at {key} under the id it derives "
+            f"from its own: {exc}; give the child a run_id="
+        ) from None
+
+
+def _check_not_ancestor(run: RunState, key: str, child_id: str) -> None:
+    """Refuse a child whose id is *run*'s own, or that of a run it executes inside of.
+
+    Its call would wait on its own outcome forever. The ancestors known are
+    the parents this run executes inside of, in this process (a child that a
+    worker took over executes with no parent known).
+
+    Raises:
+        UsageError: *child_id* is *run*'s id or an ancestor's.
+    """
+    chain: list[str] = []
+    ancestor: RunState | None = run
+    while ancestor is not None:
+        chain.append(repr(ancestor.run_id))
+        if ancestor.run_id == child_id:
+            which = (
+                "its own id"
+                if ancestor is run
+                else f"the id of a run it executes inside of (as a child: {' in '.join(chain)})"
+            )
+            raise UsageError(
+                f"run {run.run_id!r} cannot start run {child_id!r} as its child at {key}: "
+                f"that is {which}, so the call would wait on itself forever; give the "
+                "child another run_id"
+            )
+        ancestor = ancestor.parent
 
 
 async def _journal(
@@ -283,6 +344,7 @@ async def _reattach(
 ) -> Any:
     """The child's result: stored, executed here, or waited for (see the module doc)."""
     engine.define(wf)  # its result is decoded by its return annotation, whoever executes it
+    not_stored = _NOT_STORED_FIRST
     while True:
         with StoreErrors(f"reading child run {child_id!r}"):
             record = await run.store.get_run(child_id)
@@ -304,11 +366,18 @@ async def _reattach(
                 # Parked until a message is sent to it: nothing here can tell
                 # when, and a worker executes it then. Wait for its outcome.
         with trio.move_on_after(engine.lease_ttl):
+            seen = engine.changes.generation
             try:
                 return await engine.wait(child_id)
             except Paused as paused:
                 raise _paused(run, paused) from None
-        # Still executing elsewhere, or left without an outcome: look again.
+            except RunNotFoundError:
+                # Not stored yet: another call in this engine (a parent sharing
+                # this run_id) is creating it and its claim has not landed, or
+                # that creation failed. Look again after a while.
+                await engine.changes.wait(seen, not_stored)
+                not_stored = min(not_stored * 2, _NOT_STORED_MAX)
+        # Still executing elsewhere, being created, or left without an outcome: look again.
 
 
 async def _execute_here(

@@ -29,6 +29,7 @@ from .._core._events import CheckpointStored, StepFinished
 from .._core._frame import Frame, check_key, current_frame, frame_var
 from .._core._run import RunState, Wait
 from .._core._shields import Parked
+from .._core._unjournaled import watched
 from .._errors import UsageError
 from ..stores._records import Entry
 from ._steps import HANDED_OFF, check_arguments, execute_step
@@ -301,7 +302,7 @@ class Parallel:
         run = self._frame.run
         token = frame_var.set(Frame(run, handle.key, trio.lowlevel.current_task()))
         try:
-            value = await fn(*args)
+            value = await watched(fn(*args), f"branch {handle.key!r} of workflow {run.workflow!r}")
             if run.replay is not None:
                 run.replay.ended(handle.key, f"branch {handle.key}")
             handle._value = value

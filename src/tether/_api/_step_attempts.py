@@ -19,11 +19,12 @@ best in one place.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import trio
 
+from .._core._events import StepRetrying
 from .._core._frame import Frame, frame_var
 from .._core._run import RunState
 from ._retry import journal_failure, next_attempt_at
@@ -39,11 +40,13 @@ class Tries:
     raised out of one.
     """
 
-    __slots__ = ("current", "ended")
+    __slots__ = ("current", "ended", "started")
 
     def __init__(self) -> None:
         self.current = 0  #: the attempt running now (0: none started yet)
         self.ended: int | None = None  #: the attempt the step returned from
+        #: when the attempt running now started, on the engine's clock
+        self.started: datetime | None = None
 
 
 log = logging.getLogger("tether")
@@ -84,7 +87,7 @@ async def attempts(
             await run.sleep_until(next_at)
     while True:
         tries.current = attempt
-        started = run.clock.now()
+        started = tries.started = run.clock.now()
         failure: Exception | None = None
         # A fresh frame per attempt: nested steps get keys under this step,
         # and a retry replays the nested steps an earlier attempt stored.
@@ -116,6 +119,16 @@ async def attempts(
                 retried = False
             if not retried:
                 raise failure
+        if run.observer is not None:
+            retrying = StepRetrying(
+                run_id=run.run_id,
+                key=key,
+                name=step.name,
+                attempt=attempt,
+                error=failure,
+                next_at=next_at,
+            )
+            run.observer(retrying)
         log.info(
             "tether: step %s of run %s failed (attempt %d of %d), retrying%s: %r",
             key,

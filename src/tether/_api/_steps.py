@@ -35,7 +35,7 @@ from .._codec._json import digest
 from .._codec._values import codec
 from .._core._error_info import note_key
 from .._core._events import CheckpointStored, StepFinished, StepStarted
-from .._core._frame import Frame, current_frame, frame_var
+from .._core._frame import STEP_ALONE, Frame, current_frame, frame_var
 from .._core._hooks import HookEvent
 from .._core._replay import undecodable
 from .._core._run import RunState
@@ -84,7 +84,7 @@ def call_step(
     """
     frame = frame_var.get()
     if frame is None:
-        frame = current_frame(f"step {step.name!r}")  # raises NotInRunError
+        frame = current_frame(f"step {step.name!r}", alone=STEP_ALONE)  # raises NotInRunError
     # (execute_step checks that the task that awaits it is the frame's)
     key, position = frame.next_call(step.name, key)
     return execute_step(frame.run, step, key, position, args, kwargs, None, frame)
@@ -165,6 +165,8 @@ async def execute_step(
             finally:
                 frame_var.reset(token)
         finished = run.clock.now() if policy else _now(UTC)
+        if policy and tries.started is not None:  # its failed attempts are journaled
+            started = tries.started  # with their own starts: this one's too
         decoded, entries = _entries(
             run, step, key, position, value, args_digest, tries.ended or 1, started, finished
         )

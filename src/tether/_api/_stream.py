@@ -41,7 +41,7 @@ from .._codec._json import digest
 from .._codec._values import codec
 from .._core._error_info import note_key
 from .._core._events import StepFinished, StepStarted
-from .._core._frame import check_key, current_frame
+from .._core._frame import STEP_ALONE, check_key, current_frame
 from .._core._hooks import HookEvent
 from .._core._nurseries import exit_nursery
 from .._core._replay import undecodable
@@ -74,7 +74,7 @@ class Stream(Producer[T]):
             raise UsageError(f"open_stream() takes a @tether.stream_step, not {step!r}")
         if key is not None:
             check_key(key)
-        frame = current_frame(f"stream step {step.name!r}")
+        frame = current_frame(f"stream step {step.name!r}", alone=STEP_ALONE)
         # the producer's state (see Producer), with the key fixed now
         super().__init__(frame, step, args, *frame.next_call(step.name, key or step.key))
         self._entered = False

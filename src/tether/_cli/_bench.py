@@ -63,7 +63,10 @@ _CANCEL: Final = (
     "fault is then cleared and the run resumed, which must end as an undisturbed run of the "
     "workflow (measured first) ends. Runs that resumed so are deleted where the store can "
     "(--keep-runs keeps them). --clock virtual runs everything in virtual time "
-    "(MockClock(autojump_threshold=0)), where every overshoot must be exactly 0."
+    "(MockClock(autojump_threshold=0)), where every overshoot must be exactly 0. The "
+    "undisturbed run and each resume get at most --phase-timeout seconds: an undisturbed run "
+    "that does not end, or that waits for a message nothing sends, stops the bench with an "
+    "error naming what it waits for. Progress goes to standard error."
 )
 
 
@@ -199,6 +202,14 @@ def add_bench_commands(
         metavar="SECONDS",
         help="a sample is late past the floor's p99 + SECONDS; also when what holds a caller "
         "is looked at (default 0.02)",
+    )
+    cancel.add_argument(
+        "--phase-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="the most the undisturbed run, and each resume, may take before the bench "
+        "gives up on it and names what it waits for (default 60)",
     )
     cancel.add_argument(
         "--plot",
@@ -354,6 +365,7 @@ def _run(args: argparse.Namespace, factory: Callable[[], Any], shown: str, err: 
             width=args.parallel,
             tolerance=args.tolerance,
             progress=_say(err),
+            phase_timeout=args.phase_timeout,
             **common,
         )
         clock = trio.testing.MockClock(autojump_threshold=0) if args.clock == "virtual" else None

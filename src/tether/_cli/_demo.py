@@ -226,8 +226,9 @@ async def _checkout_chapters(db: Path, out: TextIO, claims: _Claims) -> None:
             elapsed = trio.current_time() - start
             narrator.say(f"TooSlowError after {elapsed:.3f} s")
         # The save_timeout is 5 s: a run held by its hung save would take that long.
+        # (The bound is far from both, so a busy machine cannot flip the verdict.)
         claims.check(
-            elapsed is not None and elapsed < 0.5,
+            elapsed is not None and elapsed < 2.5,
             "the caller's 0.2 s deadline was met while the store hung (save_timeout is 5 s)",
         )
         info = await engine.get_run("o-2")

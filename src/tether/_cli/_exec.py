@@ -45,6 +45,7 @@ from .._errors import (
     UnknownRequestError,
     WorkflowNotFoundError,
 )
+from .._terminal import escape_controls
 from ..stores import RunRecord, RunStatus, Store
 from ._args import decode_args, import_modules, parse_responses, resolve_workflow
 from ._exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PAUSED, EXIT_TIMED_OUT, BadUsage
@@ -265,7 +266,8 @@ async def _report(
         return EXIT_TIMED_OUT
     if isinstance(stored, RunRecord) and stored.status is RunStatus.FAILED:
         progress.show_start()
-        error = stored.error if stored.error is not None else cli_message(outcome)
+        # The stored error is the workflow's: shown on one line, escaped.
+        error = cli_message(outcome) if stored.error is None else escape_controls(str(stored.error))
         print(
             f"tether: run {run_id} failed: {error}; it is resumable: `{plan.resume()}`",
             file=err,

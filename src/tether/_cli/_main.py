@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._errors import UsageError
+from .._terminal import escape_controls, escaped
 from .._version import __version__
 from ..stores import RunStatus
 from ._bench import add_bench_commands, bench_command
@@ -41,10 +43,11 @@ from ._exits import (
     BadUsage,
     exit_help,
 )
+from ._respond import add_respond_command, respond_command
 from ._runs import PRUNABLE, parse_age, parse_statuses, runs
 from ._schedules import add_schedules_commands, schedules_command
 from ._send import add_send_command, send_command
-from ._stores import DEFAULT_STORE, STORE_ENV, STORE_HELP, SpecError, StoreSpec, store_help
+from ._stores import DEFAULT_STORE, STORE_ENV, STORE_HELP, StoreSpec, store_help
 from ._worker import queue_command
 
 __all__ = ("StoreSpec", "main")
@@ -63,7 +66,7 @@ def _spec(parser: argparse.ArgumentParser, args: argparse.Namespace) -> StoreSpe
         text, source = DEFAULT_STORE, "the default store"
     try:
         return StoreSpec.parse(text)
-    except SpecError as exc:
+    except UsageError as exc:
         parser.error(f"{source}: {exc}")  # exits with status 2
 
 
@@ -86,7 +89,7 @@ def _store_options() -> argparse.ArgumentParser:
     options.add_argument(
         "--store",
         metavar="SPEC",
-        help=f"sqlite:PATH, file:DIR or postgresql://... (default: ${STORE_ENV}, "
+        help=f"sqlite:PATH, file:DIR, memory: or postgresql://... (default: ${STORE_ENV}, "
         f"else {DEFAULT_STORE})",
     )
     return options
@@ -277,10 +280,11 @@ def _add_execute(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse
         creates=False,
         exits=_EXECUTES,
         parents=[options],
-        help="resume a run (with responses to its requests), showing its progress live",
-        description="Resume RUN_ID from its journal, printing its steps as they happen; "
-        "--respond responds to a pending request (once per key). --import names the module "
-        "that defines the run's workflow.",
+        help="resume a run here (with responses to its requests), showing its progress live",
+        description="Resume RUN_ID from its journal and execute it in this process, printing "
+        "its steps as they happen; --respond responds to a pending request (once per key). "
+        "--import names the module that defines the run's workflow. To respond and let a "
+        "worker execute the run, use `tether respond RUN_ID KEY=VALUE`.",
     )
     resume.add_argument("run_id", metavar="RUN_ID")
     resume.add_argument(
@@ -289,7 +293,7 @@ def _add_execute(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse
         default=[],
         metavar="KEY=VALUE",
         help="respond to the request KEY with VALUE (JSON, or else a plain string; "
-        "repeatable, once per KEY)",
+        "repeatable, once per KEY); the run then executes here",
     )
     return {"run": run, "resume": resume}
 
@@ -390,6 +394,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parsers |= _add_queue(sub, store)
     parsers |= add_schedules_commands(sub, _imports(store), _command, _READS)
     parsers |= add_send_command(sub, _imports(store), _command, _READS)
+    parsers |= add_respond_command(sub, _imports(store), _command, _READS)
     parsers |= _add_ui(sub, store)
     parsers |= add_bench_commands(sub, _imports(store))
     return parser, parsers
@@ -436,6 +441,7 @@ _COMMANDS: dict[str, _Command] = {
     "submit": queue_command,
     "schedules list": schedules_command,
     "send": send_command,
+    "respond": respond_command,
     "list": runs,
     "show": runs,
     "cancel": runs,
@@ -456,9 +462,11 @@ def main(
     usage and the error to ``sys.stderr`` and raise ``SystemExit(2)``
     (argparse's convention); ``--help`` and ``--version`` raise
     ``SystemExit(0)``. Ctrl-C returns 130 after one line, never a traceback.
+    What it prints goes through :func:`~tether._terminal.escaped` streams: no
+    stored string writes a control character to the terminal.
     """
-    out = out or sys.stdout
-    err = err or sys.stderr
+    out = escaped(out or sys.stdout)
+    err = escaped(err or sys.stderr)
     parser, parsers = _parser()
     args = parser.parse_args(argv)
     name = args.runs_command if args.command == "runs" else args.command
@@ -469,9 +477,13 @@ def main(
     own = parsers[name]
     try:
         spec = None if name == "demo" else _spec(own, args)
+        missing = None if spec is None else spec.missing()
+        if missing is not None:  # an extra to install: one line, no usage
+            print(f"tether: {missing}", file=err)
+            return EXIT_FAILED
         return _COMMANDS[name](spec, args, out, err)
     except BadUsage as exc:
-        own.error(str(exc))  # exits with status 2
+        own.error(escape_controls(str(exc), keep="\n"))  # exits with status 2
     except BaseException as exc:
         if not ctrl_c(exc):
             raise

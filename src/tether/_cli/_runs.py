@@ -24,8 +24,10 @@ import trio
 
 from .._api._patches import on_old_path
 from .._core._owners import owner_is_gone
-from .._engine._engine import open_engine
+from .._engine._engine import internals, open_engine
+from .._engine._serving import stranded_text
 from .._errors import RunConflictError, TetherError, UsageError
+from .._terminal import unescaped
 from .._ui._timeline import timeline_svg
 from ..stores import DeletableStore, RunRecord, RunStatus, Store, mailbox_of
 from ..stores._capabilities import Capability, has
@@ -243,7 +245,10 @@ async def _runs_command(
             print(json.dumps(run_json(info, detail=True, messages=messages), indent=2), file=out)
         else:
             width = None if args.full else terminal_width()
-            print_run(info, out, width=width, store=named, messages=messages)
+            stranded = None
+            if info.status.wants_worker and await internals(engine).stranded(info):
+                stranded = stranded_text(info)
+            print_run(info, out, width=width, store=named, messages=messages, stranded=stranded)
         if args.timeline is not None:
             try:
                 args.timeline.write_text(timeline_svg(info.entries), encoding="utf-8")
@@ -276,7 +281,7 @@ def runs(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: TextIO) ->
     except BrokenPipeError:
         # The reader left (`tether runs list | head`): stop quietly, and
         # keep Python from failing again when it flushes stdout at exit.
-        if out is sys.stdout:
+        if unescaped(out) is sys.stdout:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILED

@@ -18,11 +18,10 @@ stored run): this command never creates one.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
-
-import trio
 
 from .._api._workflow import lookup_workflow
 from .._codec._json import parse_value
@@ -32,17 +31,15 @@ from .._engine._send import refusal
 from .._errors import (
     CodecError,
     MessageRejectedError,
-    RunConflictError,
-    RunNotFoundError,
-    TetherError,
     UsageError,
     WorkflowNotFoundError,
 )
 from ..stores import Store
 from ._args import import_modules
-from ._exits import EXIT_FAILED, EXIT_OK, BadUsage
+from ._exits import EXIT_OK, BadUsage
 from ._stores import StoreSpec
 from ._text import json_text
+from ._writes import write_to_run
 
 __all__ = ("add_send_command", "send_command")
 
@@ -129,7 +126,7 @@ def _as_text(text: str, value: Any, tp: Any) -> str:
     return f" (to send the text {text}, give it as a JSON string: {json.dumps(text)!r})"
 
 
-async def _send(store: Store, args: argparse.Namespace) -> Any:
+async def _send(store: Store, *, args: argparse.Namespace) -> Any:
     """Send the message; the value sent."""
     async with open_engine(store) as engine:
         value = await _typed(engine, args.run_id, args.name, args.value)
@@ -146,24 +143,12 @@ def send_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: Te
             workflow the ``--import`` modules do not define. Nothing was stored.
     """
     import_modules(args.imports)
-    why = f"tether send never creates a store: it needs the one that holds run {args.run_id!r}"
-    store = spec.open_existing_or_say(err, why)
-    if store is None:
-        return EXIT_FAILED
-    try:
-        value = trio.run(_send, store, args)
-    except (MessageRejectedError, UsageError) as exc:
-        raise BadUsage(f"{type(exc).__name__}: {exc}") from None
-    except WorkflowNotFoundError as exc:  # (its message says to name it with --import)
-        raise BadUsage(f"{type(exc).__name__}: {exc}") from None
-    except RunNotFoundError:
-        print(f"tether: no run {args.run_id!r} in {spec}", file=err)
-        return EXIT_FAILED
-    except RunConflictError as exc:
-        print(f"tether: {exc}", file=err)
-        return EXIT_FAILED
-    except TetherError as exc:
-        print(f"tether: {spec}: {type(exc).__name__}: {exc}", file=err)
-        return EXIT_FAILED
-    print(f"sent {args.name} to run {args.run_id}: {json_text(value)}", file=out)
-    return EXIT_OK
+    # (WorkflowNotFoundError's message says to name the module with --import.)
+    usage = (MessageRejectedError, UsageError, WorkflowNotFoundError)
+    sent: tuple[int, Any] = write_to_run(
+        spec, args.run_id, "send", functools.partial(_send, args=args), usage, err
+    )
+    status, value = sent
+    if status == EXIT_OK:
+        print(f"sent {args.name} to run {args.run_id}: {json_text(value)}", file=out)
+    return status

@@ -10,9 +10,10 @@ and reads nothing from a store.
 
 Whole because :func:`print_run` is the ``runs show`` page printed top to
 bottom, in the order it is read (the run's state in words, its requests,
-messages, failed attempts, journal); its sections share the stream and the
-width values are cut to, and each is a few lines (the messages and an entry's
-outcome in words are helpers already).
+messages, failed attempts, journal; an error's traceback under it); its
+sections share the stream and the width values are cut to, and each is a few
+lines (the messages, an error's traceback and an entry's outcome in words are
+helpers already).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from datetime import datetime
 from typing import TextIO
 
 from .._engine._engine import RunInfo
-from .._terminal import abbrev, table
+from .._errors import ErrorInfo
+from .._terminal import abbrev, escape_controls, table
+from .._ui._timeline import entries_count, own_duration, timer_due
 from ..stores import Entry, EntryKind, EntryStatus, Message, RunStatus
 from ._format import interrupted, message_takers, next_step, wake
 from ._text import clock, duration, json_text, lease, stored, stored_json, when
@@ -37,13 +40,15 @@ def print_run(
     width: int | None,
     store: str | None = None,
     messages: Sequence[Message] = (),
+    stranded: str | None = None,
 ) -> None:
     """``runs show``: values cut to *width* columns (``None``: shown in full, ``--full``);
-    *messages*, the run's mailbox, listed with the receive that took each (or pending)."""
+    *messages*, the run's mailbox, listed with the receive that took each (or pending);
+    *stranded*, what to say when no live worker serves the run it waits for."""
     cut = None if width is None else width - 11
 
     def field(name: str, value: str) -> None:
-        print(f"{name + ':':<10} {value}", file=out)
+        print(f"{name + ':':<10} {escape_controls(value)}", file=out)
 
     field("run", info.run_id)
     field("workflow", info.workflow)
@@ -73,6 +78,8 @@ def print_run(
         )
     else:
         field("status", info.status.value)
+    if stranded is not None:
+        field("workers", stranded)
     if info.cancel_requested and info.executing:
         field(
             "cancel",
@@ -83,6 +90,7 @@ def print_run(
     field("updated", f"{when(info.updated_at)} UTC")
     if info.error is not None:
         field("error", abbrev(str(info.error), cut))
+        _print_error_detail(info.error, out, width, indent="  ")
     if info.status is RunStatus.COMPLETED:
         field("result", abbrev(json_text(info.result), cut))
     if info.requests:
@@ -100,10 +108,12 @@ def print_run(
         for e in failed:
             text = f"{e.key} attempt {e.attempt}: {_entry_outcome(e)}"
             print(f"  - {abbrev(text, None if width is None else width - 4)}", file=out)
+            if width is None and e.error is not None:  # --full: each attempt's traceback too
+                _print_error_detail(e.error, out, width, indent="      ")
     if not info.entries:
         print("\njournal: empty", file=out)
         return
-    print(f"\njournal ({len(info.entries)} entries):", file=out)
+    print(f"\njournal ({entries_count(len(info.entries))}):", file=out)
     rows = [
         (
             "?" if e.seq is None else str(e.seq),
@@ -112,7 +122,7 @@ def print_run(
             e.status.value,
             str(e.attempt),
             clock(e.started_at, info.created_at),
-            duration(e.finished_at - e.started_at),
+            duration(own_duration(e)),
             _entry_outcome(e),
         )
         for e in info.entries
@@ -128,6 +138,20 @@ def print_run(
         "VALUE / ERROR",
     )
     table(out, header, rows, width)
+
+
+def _print_error_detail(error: ErrorInfo, out: TextIO, width: int | None, *, indent: str) -> None:
+    """An error's group members, one line each, and its traceback, whole (never cut:
+    its lines are what it says), each line escaped for the terminal."""
+    if error.members:
+        print(f"{indent[:-2]}members:", file=out)
+        for member in error.members:
+            text = abbrev(str(member), None if width is None else width - len(indent) - 2)
+            print(f"{indent}- {text}", file=out)
+    if error.traceback is not None:
+        print(f"{indent[:-2]}traceback:", file=out)
+        for line in error.traceback.rstrip("\n").split("\n"):
+            print(f"{indent}{escape_controls(line)}".rstrip(), file=out)
 
 
 def _print_messages(
@@ -165,11 +189,9 @@ def _entry_outcome(entry: Entry) -> str:
         taken = stored(entry.value)
         if isinstance(taken, dict) and set(taken) == {"seq", "name", "value"}:
             return f"message {taken['seq']}: {json_text(taken['value'])}"
-    if entry.kind is EntryKind.TIMER:
-        due = stored(entry.value)
-        moment = _moment(due.get("due")) if isinstance(due, dict) else None
-        if moment is not None:
-            return f"due {when(moment)} UTC"
+    due = timer_due(entry)
+    if due is not None:
+        return f"due {when(due)} UTC"
     return stored_json(entry.value)
 
 

@@ -1,6 +1,12 @@
-"""Stores named on the command line: ``sqlite:PATH``, ``file:DIR``, ``postgresql://…``.
+"""Stores named on the command line: ``sqlite:PATH``, ``file:DIR``, ``memory:``, ``postgresql://…``.
 
 Layer: the command line (``_cli``).
+
+The text is parsed by the one parser of store URLs
+(:class:`tether.stores._url.StoreURL`, which :func:`tether.stores.from_url`
+uses too) and the store made by :func:`tether.stores._from_url.store_at`;
+this module adds what only commands need: whether the store must exist
+already, and how to say that it does not.
 
 A spec is shown (in messages, hints and listings) without credentials: a
 PostgreSQL URL as ``postgresql://user@host:port/dbname``, never its password,
@@ -11,14 +17,13 @@ which stays in the spec the user typed (or ``$TETHER_STORE``) and in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, TextIO, final
+from typing import Final, TextIO, final
 
 import attrs
 
-from ..stores import FileStore, SQLiteStore, Store
-
-if TYPE_CHECKING:
-    from ..stores import PostgresStore
+from ..stores import PostgresStore, Store
+from ..stores._from_url import missing_extra, store_at
+from ..stores._url import StoreURL
 
 __all__ = (
     "DEFAULT_STORE",
@@ -26,7 +31,6 @@ __all__ = (
     "STORE_ENV",
     "STORE_HELP",
     "Missing",
-    "SpecError",
     "StoreSpec",
     "store_help",
 )
@@ -35,7 +39,6 @@ __all__ = (
 STORE_ENV = "TETHER_STORE"
 #: The store when neither ``--store`` nor the variable is set.
 DEFAULT_STORE = "sqlite:tether.db"
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: How long the ``runs`` commands keep retrying a PostgreSQL server that does
 #: not answer: through a restart, but a wrong host or port fails in seconds,
 #: not after the store's default minute (which is for the commands that
@@ -47,10 +50,14 @@ _KINDS = f"""\
 stores:
   sqlite:PATH         a tether.SQLiteStore database file
   file:DIR            a tether.FileStore directory
+  memory:             a tether.MemoryStore, gone when the command ends (for
+                      run and bench; a command that reads runs refuses it)
   postgresql://...    a tether.PostgresStore (needs tether[postgres]); the
                       password is never printed: prefer PGPASSWORD or ~/.pgpass
-  The store is --store, else the environment variable {STORE_ENV}, else
-  {DEFAULT_STORE} (tether.db in the current directory)."""
+  sqlite:///ABS/PATH and file:///ABS/DIR are absolute paths; the forms are
+  tether.stores.from_url's. The store is --store, else the environment
+  variable {STORE_ENV}, else {DEFAULT_STORE} (tether.db in the current
+  directory)."""
 
 
 def store_help(*, creates: bool) -> str:
@@ -71,61 +78,52 @@ STORE_HELP: Final = f"""\
   the other commands never create one (a missing one is an error, exit status 1)."""
 
 
-class SpecError(ValueError):
-    """A store spec that names no kind of store."""
-
-
 class Missing(Exception):
     """The named store does not exist."""
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class StoreSpec:
     """A store named on the command line."""
 
-    kind: Literal["sqlite", "file", "postgres"]
-    #: the path (sqlite, file) or the connection URL as given (postgres; it may
-    #: hold a password: never print it, print :meth:`__str__`)
-    location: str = attrs.field(repr=False)
+    url: StoreURL
 
     @classmethod
     def parse(cls, text: str) -> StoreSpec:
-        """Raises: SpecError: *text* is not a store spec."""
-        if text.startswith(_POSTGRES_SCHEMES):
-            return cls(kind="postgres", location=text)
-        kind, sep, path = text.partition(":")
-        if not sep or kind not in ("sqlite", "file") or not path:
-            raise SpecError(
-                f"{text!r} is not a store: use sqlite:PATH (an SQLite file), file:DIR "
-                "(a FileStore directory) or postgresql://USER@HOST:PORT/DBNAME"
-            )
-        return cls(kind="sqlite" if kind == "sqlite" else "file", location=path)
+        """Raises: UsageError: *text* is not a store URL (see :func:`tether.stores.from_url`)."""
+        return cls(StoreURL.parse(text))
+
+    @property
+    def kind(self) -> str:
+        """``sqlite``, ``file``, ``memory`` or ``postgres``."""
+        return self.url.kind
 
     @property
     def path(self) -> Path:
         """The file or directory of a ``sqlite:`` or ``file:`` spec."""
-        return Path(self.location)
+        return Path(self.url.location)
 
     def __str__(self) -> str:
-        if self.kind == "postgres":
-            return self._postgres().url
-        return f"{self.kind}:{self.location}"
+        if self.kind == "postgres":  # as the store shows itself: user@host:port/dbname
+            store = self._made(None)
+            assert isinstance(store, PostgresStore)
+            return store.url
+        return str(self.url)
 
-    def _postgres(self, *, retry_timeout: float | None = None) -> PostgresStore:
-        from ..stores import PostgresStore
+    def missing(self) -> str | None:
+        """Why this process cannot make the store (an extra to install), or ``None``."""
+        return missing_extra(self.url)
 
-        if retry_timeout is None:  # the store's own default
-            return PostgresStore(self.location)
-        return PostgresStore(self.location, retry_timeout=retry_timeout)
+    def _made(self, retry_timeout: float | None) -> Store:
+        """The store; *retry_timeout* for a ``PostgresStore`` (``None``: its own)."""
+        if self.kind == "postgres" and retry_timeout is not None:
+            return store_at(self.url, retry_timeout=retry_timeout)
+        return store_at(self.url)
 
     def open_for_writing(self) -> Store:
         """The store, created if it does not exist yet (for ``run``, ``resume``, ``worker``)."""
-        if self.kind == "postgres":
-            return self._postgres()
-        if self.kind == "sqlite":
-            return SQLiteStore(self.path)
-        return FileStore(self.path)
+        return self._made(None)
 
     def open_existing(self, *, retry_timeout: float | None = READ_RETRY_TIMEOUT) -> Store:
         """The store, if it exists; a command that reads runs must not create a file or a
@@ -139,8 +137,8 @@ class StoreSpec:
         Raises:
             Missing: there is no such file or directory.
         """
-        if self.kind == "postgres":
-            return self._postgres(retry_timeout=retry_timeout)
+        if self.kind == "memory":
+            raise Missing("memory: is a new, empty MemoryStore in every process")
         if self.kind == "sqlite":
             if not self.path.is_file():
                 what = "is a directory" if self.path.is_dir() else "does not exist"
@@ -148,11 +146,10 @@ class StoreSpec:
             if self.path.stat().st_size == 0:
                 # Opening it would write tether's schema into it: not for a reader.
                 raise Missing(f"the SQLite file {self.path} is empty: it is not a tether store")
-            return SQLiteStore(self.path)
-        if not self.path.is_dir():
+        elif self.kind == "file" and not self.path.is_dir():
             what = "is not a directory" if self.path.exists() else "does not exist"
             raise Missing(f"the FileStore directory {self.path} {what}")
-        return FileStore(self.path)
+        return self._made(retry_timeout)
 
     def open_existing_or_say(
         self, err: TextIO, why: str, *, retry_timeout: float | None = READ_RETRY_TIMEOUT

@@ -22,6 +22,7 @@ from typing import Any
 
 from .._codec._values import codec
 from .._errors import TetherError
+from .._terminal import escape_controls
 
 __all__ = (
     "cli_message",
@@ -133,10 +134,12 @@ def json_value(value: Any) -> Any:
 
 
 def json_text(value: Any) -> str:
-    """:func:`json_value` as compact JSON text, on one line, keys sorted."""
-    return json.dumps(
+    """:func:`json_value` as compact JSON text, on one line, keys sorted; safe on a
+    terminal (every control character and lone surrogate as a JSON escape, ``\\u009b``)."""
+    text = json.dumps(
         json_value(value), sort_keys=True, ensure_ascii=False, separators=(", ", ": ")
     )
+    return escape_controls(text, json=True)
 
 
 def stored(text: str) -> Any:

@@ -31,7 +31,9 @@ from ._stores import StoreSpec
 
 __all__ = ("DESCRIPTION", "HELP", "INSTALL_HINT", "add_ui_arguments", "serve_ui")
 
-INSTALL_HINT = "tether ui needs the dashboard's dependencies: pip install 'tether[ui]'"
+INSTALL_HINT = (
+    "tether ui needs the dashboard's dependencies: pip install -e '.[ui]' in tether's clone"
+)
 
 
 #: ``tether ui``'s one-line help and its description.

@@ -7,7 +7,8 @@ defines (``tether.open_worker``) until SIGTERM or SIGINT, then drains: it
 stops claiming, gives the runs it holds ``--grace`` seconds, cancels the
 rest as a caller cancellation and releases their leases, so other workers
 take them over at once. Run outcomes and lost leases are logged to stderr
-(the ``tether.worker`` logger); the worker itself exits 0 after a drain. It
+(the ``tether.worker`` logger), one line each (:class:`LogFormat`: the
+source named once); the worker itself exits 0 after a drain. It
 also serves the schedules MODULE defines (``tether.schedule``; see
 :mod:`._schedules`), unless ``--no-schedules``.
 
@@ -37,7 +38,25 @@ from ._schedules import module_schedules
 from ._stores import StoreSpec
 from ._text import cli_message
 
-__all__ = ("queue_command", "serve", "submit")
+__all__ = ("LogFormat", "queue_command", "serve", "submit")
+
+
+class LogFormat(logging.Formatter):
+    """A worker's log line: ``TIME LEVEL SOURCE: MESSAGE``, the source named once.
+
+    tether's own messages begin with it (``tether: ...``, ``tether worker
+    w-1: ...``), as they read wherever they are logged; any other (the
+    PostgreSQL driver's) gets its logger's name in front.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line, with the logger's name before a message that does not name its source."""
+        if not record.message.startswith(record.name.partition(".")[0]):
+            record.message = f"{record.name}: {record.message}"
+        return super().formatMessage(record)
 
 
 async def _serve(
@@ -99,7 +118,7 @@ def serve(
 ) -> int:
     """``tether worker``: serve until SIGTERM/SIGINT (and *schedules*); the exit status."""
     handler = logging.StreamHandler(err)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(LogFormat())
     logger = logging.getLogger("tether")
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:

@@ -13,6 +13,13 @@ one reader and one bound on nesting.
 Nesting is bounded by :data:`MAX_DEPTH`, checked as a value is written; a
 value nested deeper, written or read, fails as a :class:`CodecError` that
 says so (:class:`_TooDeepError`), never as a ``RecursionError``.
+
+Ints are bounded by Python's limit on int-text conversion
+(``sys.get_int_max_str_digits()``, 4300 digits by default): an int with more
+digits, written or read, fails as a :class:`CodecError` that says so
+(:class:`_IntTooLongError`), never as the bare ``ValueError`` Python raises.
+Both errors are looked for only once writing or reading failed, so the
+common path pays nothing for them.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +61,49 @@ class _TooDeepError(CodecError, ValueError):
 
     def __init__(self) -> None:
         super().__init__(TOO_DEEP)
+
+
+class _IntTooLongError(CodecError, ValueError):
+    """An int with more digits than Python converts to or from text.
+
+    A ``ValueError`` too, for the callers of :func:`dumps` and :func:`loads`.
+    """
+
+    def __init__(self, digits: str, *, reading: bool = False) -> None:
+        limit = sys.get_int_max_str_digits()
+        advice = (
+            "it was written where that limit is higher: read it there, or raise the limit "
+            "here with sys.set_int_max_str_digits()"
+            if reading
+            else "store a number that large in another form (a str of its hex digits, bytes, "
+            "a Decimal in scientific notation)"
+        )
+        super().__init__(
+            f"an int of {digits} digits is more than JSON text can hold here: Python converts "
+            f"ints of at most {limit} digits to and from text (sys.get_int_max_str_digits()); "
+            f"{advice}"
+        )
+
+
+def _long_int(primitive: Any) -> int | None:
+    """The first int in *primitive* too long to write as text (for an error), or ``None``."""
+    if isinstance(primitive, int) and not isinstance(primitive, bool):
+        try:
+            int.__repr__(primitive)
+        except ValueError:
+            return primitive
+        return None
+    if isinstance(primitive, dict | list | tuple):
+        for item in primitive.values() if isinstance(primitive, dict) else primitive:
+            found = _long_int(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _digits(value: int) -> str:
+    """How many decimal digits *value* has, roughly (its text cannot be made)."""
+    return f"about {int(abs(value).bit_length() * math.log10(2)) + 1}"
 
 
 def too_deep(exc: BaseException) -> bool:
@@ -95,13 +146,14 @@ def dumps(primitive: Any, *, max_depth: int | None = None) -> str:
     Raises:
         TypeError: something is not JSON-ready, or an object key is not a str.
         ValueError: a float is NaN or infinite, or the value is nested too
-            deeply (then also a :class:`CodecError`).
+            deeply or holds an int too long for text (then also a
+            :class:`CodecError`).
     """
     try:
         _check_keys(primitive, -1 if max_depth is None else max_depth)
-        return json_text(primitive)
     except RecursionError:
         raise _TooDeepError from None
+    return json_text(primitive)
 
 
 # One encoder and one decoder, made once: json.dumps/loads with options build
@@ -119,7 +171,10 @@ def _null(value: None) -> str:
 
 #: The JSON text of a scalar of exactly this type, as ``_ENCODER`` writes it
 #: (floats must be finite), without the encoder object ``JSONEncoder.encode``
-#: builds on every call for anything but a string.
+#: builds on every call for anything but a string. An int too long for text
+#: raises Python's bare ``ValueError`` here (the per-step path pays nothing
+#: for the check): a caller falls back to :func:`dumps` or :func:`json_text`,
+#: which say what it is.
 SCALAR_TEXT: dict[type, Callable[[Any], str]] = {
     str: json.encoder.encode_basestring_ascii,
     int: int.__repr__,
@@ -130,7 +185,25 @@ SCALAR_TEXT: dict[type, Callable[[Any], str]] = {
 
 
 def json_text(primitive: Any) -> str:
-    return _ENCODER.encode(primitive)
+    """The canonical JSON text of *primitive*, unchecked (see :func:`dumps`).
+
+    Raises:
+        TypeError, ValueError: as the ``json`` module does, but an int too
+            long for text, or nesting too deep for the recursion limit, raise
+            a ``ValueError`` that is also a :class:`CodecError`.
+    """
+    try:
+        return _ENCODER.encode(primitive)
+    except RecursionError:
+        raise _TooDeepError from None
+    except ValueError:
+        try:
+            long = _long_int(primitive)
+        except RecursionError:
+            long = None
+        if long is None:
+            raise
+        raise _IntTooLongError(_digits(long)) from None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -144,14 +217,26 @@ def _parse_float(text: str) -> float:
     return value
 
 
+def _parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _IntTooLongError(str(len(text.lstrip("-"))), reading=True) from None
+
+
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_parse_float)
+#: The same, reading ints in Python: used only to say why _DECODER failed.
+_INT_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_parse_float, parse_int=_parse_int
+)
 
 
 def loads(text: str) -> Any:
     """Parse JSON text strictly (no NaN or infinities); raises ``ValueError``.
 
-    Text nested too deeply for Python's recursion limit raises a ``ValueError``
-    that is also a :class:`CodecError`.
+    Text nested too deeply for Python's recursion limit, or holding an int
+    with more digits than Python reads, raises a ``ValueError`` that is also
+    a :class:`CodecError`.
     """
     if not isinstance(text, str):
         raise TypeError(f"expected JSON text, got {type(text).__qualname__}")
@@ -159,6 +244,18 @@ def loads(text: str) -> Any:
         return _DECODER.decode(text)
     except RecursionError:
         raise _TooDeepError from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        # Not a syntax error: read it again, ints in Python, to find an int
+        # too long to read; else it was another refusal (NaN, a huge float).
+        try:
+            _INT_DECODER.decode(text)
+        except _IntTooLongError as long:
+            raise long from None
+        except ValueError:
+            pass
+        raise
 
 
 _DIGEST = hashlib.blake2b(digest_size=12)  # copied per digest: cheaper than a new one

@@ -90,11 +90,19 @@ BUILT_IN: frozenset[type] = frozenset(
 
 
 def show(value: Any, width: int) -> str:
-    """``repr(value)`` cut to *width* characters (the repr itself recurses)."""
+    """``repr(value)`` cut to *width* characters (the repr itself recurses).
+
+    A value whose repr fails (too deep; an int with more digits than Python
+    writes, alone or inside) is shown as what it is instead.
+    """
     try:
         return repr(value)[:width]
     except RecursionError:
         return "<too deep to show>"
+    except ValueError:
+        if isinstance(value, int):
+            return f"<an int of {abs(value).bit_length()} bits, too long to show>"[:width]
+        return f"<a {type(value).__qualname__} holding an int too long to show>"[:width]
 
 
 def got(value: Any) -> str:

@@ -99,11 +99,15 @@ class Codec:
         ):
             # Fast path: a scalar that is exactly its declared type encodes to
             # itself and decodes to an equal value of the same type.
-            return SCALAR_TEXT[cls](value), value
+            try:
+                return SCALAR_TEXT[cls](value), value
+            except ValueError:
+                pass  # an int too long for text: the full path says so, naming *what*
         try:
             text = dumps(self._conv.unstructure(value, unstructure_as=tp), max_depth=MAX_DEPTH)
         except Exception as exc:
-            supported = "" if too_deep(exc) else _SUPPORTED  # the type is fine, the value deep
+            # Too deep, or an int too long (a CodecError): the type is fine, the value is not.
+            supported = "" if too_deep(exc) or isinstance(exc, CodecError) else _SUPPORTED
             raise CodecError(
                 f"{_named(what)}: cannot encode {type(value).__qualname__} value "
                 f"{_show(value, 80)} as {describe_type(tp)} to JSON ({explain(exc)}).{supported}"
@@ -198,7 +202,10 @@ class Codec:
                 write = SCALAR_TEXT.get(cls)
                 if write is None or (cls is float and not math.isfinite(arg)):
                     break  # not a scalar, or NaN: the full path writes or explains it
-                texts.append(write(arg))
+                try:
+                    texts.append(write(arg))
+                except ValueError:
+                    break  # an int too long for text: the full path explains it
             else:
                 return "[[" + ",".join(texts) + "],{}]"
         try:

@@ -29,6 +29,7 @@ __all__ = (
     "RunPaused",
     "RunStarted",
     "StepFinished",
+    "StepRetrying",
     "StepStarted",
     "StreamItem",
     "TimerFired",
@@ -77,6 +78,20 @@ class StepFinished(RunEvent):
     name: str
     stream: bool = False
     exception: BaseException | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StepRetrying(RunEvent):
+    """An attempt of a step (with ``retries`` or a ``retry`` policy) failed, and another
+    follows: at ``next_at`` after a policy's backoff, at once with ``retries``."""
+
+    key: str
+    name: str
+    attempt: int  #: the attempt that failed (1 for the first)
+    error: Exception  #: what it raised
+    #: when the next attempt is due, on the engine's clock (``None``: at once)
+    next_at: datetime | None = None
 
 
 @final

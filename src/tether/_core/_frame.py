@@ -27,7 +27,10 @@ from .._errors import NotInRunError, UsageError
 if TYPE_CHECKING:
     from ._run import RunState
 
-__all__ = ("Frame", "check_key", "current_frame", "frame_var")
+__all__ = ("STEP_ALONE", "Frame", "check_key", "current_frame", "frame_var")
+
+#: The advice of a step (or stream step) awaited outside a run (see :func:`current_frame`).
+STEP_ALONE = "to test a step's logic alone, call step.fn"
 
 #: The counter of a frame's positions, kept with its per-name counters (so a
 #: ``parallel()`` block, which shares them, shares it too). Never a step name:
@@ -79,17 +82,21 @@ class Frame:
 frame_var: ContextVar[Frame | None] = ContextVar("tether_frame", default=None)
 
 
-def current_frame(what: str) -> Frame:
+def current_frame(what: str, *, alone: str = "") -> Frame:
     """The frame of the calling task; *what* names the API in the error.
+
+    *alone*, if given, is the error's advice on the code's use outside a run
+    (a step's: ``call step.fn``).
 
     Raises:
         NotInRunError: outside a run, or in a task tether does not track.
     """
     frame = frame_var.get()
     if frame is None:
+        advice = f" ({alone})" if alone else ""
         raise NotInRunError(
             f"{what} was used outside a tether run; await it inside a workflow run by "
-            "engine.run() (to test a step's logic alone, call step.fn)"
+            f"engine.run(){advice}"
         )
     if frame.task is not trio.lowlevel.current_task():
         raise NotInRunError(

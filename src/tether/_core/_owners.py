@@ -15,9 +15,12 @@ import socket
 import uuid
 from pathlib import Path
 
+from .._errors import storable_text
+
 __all__ = ("engine_closed", "engine_opened", "new_owner", "owner_is_gone")
 
-_HOST = socket.gethostname()
+# Stored in every claim and advertisement: a host name that is not UTF-8 is escaped.
+_HOST = storable_text(socket.gethostname())
 #: The engine ids of the engines open in this process.
 _open_engines: set[str] = set()
 

@@ -19,7 +19,7 @@ from .._errors import WorkflowNotFoundError
 from ..stores._owners import Served
 from ..stores._records import RunRecord
 
-__all__ = ("Catalog",)
+__all__ = ("Catalog", "not_defined_here")
 
 
 @final
@@ -65,3 +65,18 @@ class Catalog:
             return self.find(record)
         except WorkflowNotFoundError:
             return None
+
+
+def not_defined_here(record: RunRecord, cannot: str, command: str) -> WorkflowNotFoundError:
+    """The refusal of a call that needs the run's workflow code, which is not defined here.
+
+    *cannot* says what cannot be done without it (``its responses cannot be
+    checked against the types it asks for``); *command* is the CLI command
+    that imports it (``tether respond``).
+    """
+    version = "" if record.version is None else f" version {record.version!r}"
+    return WorkflowNotFoundError(
+        f"run {record.run_id!r} is a run of workflow {record.workflow!r}{version}, which is "
+        f"not defined in this process, so {cannot}; import the module that defines it "
+        f"first ({command} --import MODULE). Nothing was stored"
+    )

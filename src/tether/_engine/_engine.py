@@ -57,8 +57,9 @@ from ._inputs import (
 from ._launch import Launcher
 from ._live import OpenRun
 from ._ownership import Leases
+from ._respond import respond
 from ._send import send
-from ._serving import live_workers
+from ._serving import is_stranded, live_workers
 
 # RunInfo is re-exported: its home is ._info.
 __all__ = ("Engine", "Internals", "RunInfo", "internals", "open_engine")
@@ -268,6 +269,44 @@ class Engine:
         self._check_open()
         with deadline(timeout):
             return await self._launcher.resume(run_id, responses)
+
+    async def respond(self, run_id: str, responses: Mapping[str, Any]) -> None:
+        """Answer the paused run's requests and queue it for the workers; execute nothing.
+
+        Each response is encoded and decoded back strictly into the type its
+        request asks for (as :meth:`resume` would decode it; the type is
+        found by its name in the workflow's module, so the run's workflow
+        must be defined in this process). Then the responses are journaled
+        **and** the run made ``queued`` in one atomic store write, and this
+        returns: a worker (:func:`tether.open_worker`, in any process
+        sharing the store) executes the run from there. Requests not
+        answered stay pending; the run asks them again when it pauses. A
+        run that no live worker serves waits, listed as stranded (``tether
+        runs list --stranded``) until a worker comes or it is resumed here.
+
+        A checkpoint. Cancelled, the responses were recorded whole or not at
+        all (for a store that writes in a thread, the write may land after
+        the cancellation: a respond sent again then gets ``RunConflictError``).
+        On any error, nothing was stored.
+
+        Raises:
+            UsageError: *responses* is not a non-empty mapping, the store
+                cannot take responses (it is not a ``RespondingStore``), or a
+                response type is not found in the workflow's module.
+            RunNotFoundError: no run with this id.
+            UnknownRequestError: a key is not among the paused run's pending
+                requests (the error names them).
+            InvalidResponseError: a response does not encode, or does not
+                decode strictly into its type.
+            RunConflictError: the run is finished, cancelled or executing, or
+                its requests were answered already (two responds racing for
+                one request: exactly one wins).
+            WorkflowNotFoundError: the run's workflow is not defined here.
+            StoreError: the store failed.
+        """
+        self._check_open()
+        await respond(self._store, run_id, responses, find=self._catalog.find, now=self._clock.now)
+        self._changes.notify()  # a worker of this engine claims it at once
 
     async def submit(self, wf: Workflow[P, R], *args: Any, run_id: str | None = None) -> str:
         """Store a run of ``wf(*args)`` as ``queued`` for a worker, and return its id at once.
@@ -528,6 +567,12 @@ class Internals:
         ``Waiting`` for a parked run.
         """
         return await self._engine._launcher.execute_claimed(record, park_after=park_after)
+
+    async def stranded(self, info: RunInfo) -> bool | None:
+        """Whether the run *info* waits for a worker that no live worker is (the
+        dashboard and ``runs show`` say so); ``None`` when the store cannot tell.
+        A checkpoint."""
+        return await is_stranded(self._engine._store, info)
 
     def define(self, wf: Workflow[..., Any]) -> None:
         """Execute runs of ``wf.name`` and ``wf.version`` as *wf* in this engine (for workers)."""

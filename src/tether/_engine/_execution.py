@@ -35,8 +35,10 @@ watcher sees exactly as a caller cancellation; ``engine.run`` then raises
 
 Every outcome is stored by one fenced write that also releases the lease
 (:meth:`Outcome.store_status <tether._engine._outcomes.Outcome.store_status>`);
-an execution that stored none (a caller cancellation) has its lease
-released soon after by the engine's lease task.
+an execution that stored none (a caller cancellation, a status write that
+failed) has its lease released soon after by the engine's lease task (after
+a failure, the run backs off before it is claimed again: see
+:meth:`Outcome.release_later <tether._engine._outcomes.Outcome.release_later>`).
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ from .._core._nurseries import unwrap_single
 from .._core._replay import Replay
 from .._core._shields import Parked
 from .._core._store_calls import StoreErrors
+from .._core._unjournaled import watched
 from .._errors import LeaseLostError, RunCancelledError
-from ..stores._records import EntryKind, EntryStatus, RunStatus, utcnow
+from ..stores._records import EntryKind, EntryStatus, RunStatus
 from ._outcomes import Outcome
 
 __all__ = ("Execution",)
@@ -144,10 +147,9 @@ class Execution:
             self.outcome.leases.drop(record.run_id)
             if not self.outcome.released and self.lost is None and _releasable(ending):
                 # No status was written (a caller cancellation, a store that
-                # failed): release the lease without holding up the caller.
-                self.outcome.leases.release_later(
-                    attrs.evolve(self.outcome.record, owner=None, updated_at=utcnow())
-                )
+                # failed): release the lease without holding up the caller;
+                # after a failure, backing off (see Outcome.release_later).
+                self.outcome.release_later(stored_nothing=isinstance(ending, Exception))
             del ending
         # Only a lost lease makes the lease scope catch a cancellation.
         assert self.lost is not None
@@ -332,7 +334,7 @@ class Execution:
         try:
             if self.outcome.hooks.has("on_run_start"):
                 await self.outcome.hooks.call("on_run_start", self.outcome.run_event(None))
-            value = await wf.fn(*self.args)
+            value = await watched(wf.fn(*self.args), f"workflow {wf.name!r}")
             if state.replay is not None:
                 state.replay.ended("", f"workflow {wf.name}")  # every journaled call was reached
             # Encoded at once, like a step's result.

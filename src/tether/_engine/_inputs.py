@@ -20,18 +20,17 @@ from typing import Any
 
 import trio
 
+from .._api._ask import encode_response
 from .._api._workflow import Workflow
-from .._codec._values import codec
 from .._core._owners import owner_is_gone
 from .._core._replay import decode_workflow_args
 from .._errors import (
-    CodecError,
-    InvalidResponseError,
     RunConflictError,
     UnknownRequestError,
     UsageError,
 )
 from ..stores._records import RunRecord, RunStatus
+from ..stores._run_ids import check_run_id as check_stored_id
 from ..stores._store import STORE_METHODS
 from ._info import pending_requests
 
@@ -58,9 +57,13 @@ def deadline(timeout: float | None) -> AbstractContextManager[object]:
 
 
 def check_run_id(run_id: str | None) -> None:
-    """Raise :class:`UsageError` unless *run_id* is ``None`` or a non-empty string."""
-    if run_id is not None and (not isinstance(run_id, str) or not run_id):
-        raise UsageError(f"run_id must be a non-empty string or None, not {run_id!r}")
+    """Raise :class:`UsageError` unless *run_id* is ``None`` (a new id) or a valid run id.
+
+    The rule is every store's (:func:`tether.stores.check_run_id`), checked
+    before anything is stored.
+    """
+    if run_id is not None:
+        check_stored_id(run_id)
 
 
 def check_workflow(wf: object, call: str) -> None:
@@ -147,10 +150,5 @@ def check_responses(record: RunRecord, responses: Mapping[str, Any], owner: str)
         )
     provided: dict[str, Any] = {}
     for key, value in responses.items():
-        try:
-            provided[key] = codec.to_primitive(value, what=f"the response to {key}")
-        except CodecError as exc:
-            raise InvalidResponseError(
-                f"run {run_id!r}: {exc}. Nothing was journaled; the run stays paused."
-            ) from None
+        provided[key] = encode_response(run_id, key, value)
     return provided

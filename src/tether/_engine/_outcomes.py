@@ -9,14 +9,17 @@ divergence, a bad response), a recorded cancel. Each is one write of the
 run's record, shielded and fenced, that also releases the lease
 (:meth:`Outcome.store_status`), then the ``on_run_end`` hook. The execution,
 with its scopes and tasks, decides *which* outcome it is; this class knows
-nothing of them.
+nothing of them. An execution that stored no outcome has its lease released
+soon after (:meth:`Outcome.release_later`): as it was after a caller
+cancellation, and backing off (:func:`redispatch_delay`) after a status
+write that failed.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Final
 
 import attrs
 
@@ -39,9 +42,25 @@ from ..stores._records import RunRecord, RunStatus, request_to_json, utcnow
 from ..stores._store import Store
 from ._ownership import Leases
 
-__all__ = ("Outcome", "wake_if_sent")
+__all__ = ("REDISPATCH_FIRST", "REDISPATCH_MAX", "Outcome", "redispatch_delay", "wake_if_sent")
 
 log = logging.getLogger("tether")
+
+#: Seconds a run waits to be claimed again after its first execution that
+#: could not store its outcome; doubled with each dispatch, up to
+#: :data:`REDISPATCH_MAX`.
+REDISPATCH_FIRST: Final = 1.0
+REDISPATCH_MAX: Final = 300.0
+
+
+def redispatch_delay(dispatches: int) -> float:
+    """Seconds before a run whose outcome was not stored may be claimed again.
+
+    *dispatches* is the run's count of worker claims, this one included:
+    :data:`REDISPATCH_FIRST` after the first, doubled after each further
+    one, never more than :data:`REDISPATCH_MAX`.
+    """
+    return min(REDISPATCH_MAX, REDISPATCH_FIRST * 2.0 ** min(max(0, dispatches - 1), 30))
 
 
 @attrs.define(eq=False)
@@ -220,6 +239,27 @@ class Outcome:
             outcome = exc
         await self.run_end_hook(outcome)
         self.error = outcome
+
+    def release_later(self, *, stored_nothing: bool) -> None:
+        """Have the lease released soon: this execution stored no outcome.
+
+        After a caller cancellation (*stored_nothing* false) the run is
+        released as it is, and the dispatch its claim counted is given back.
+        After an execution that ended with an error and stored no outcome
+        (the status write failed, or an earlier store call: the store is
+        down or refused it), the dispatch counts, as for an owner that vanished, and the run is
+        released as ``waiting`` until :func:`redispatch_delay` from now, so
+        that no worker executes it again before then: executions that cannot
+        store their outcome back off and end in ``dead_letter`` at
+        ``max_dispatches``, instead of repeating in a loop.
+        """
+        record = attrs.evolve(self.record, owner=None, updated_at=utcnow())
+        if stored_nothing:
+            delay = timedelta(seconds=redispatch_delay(record.dispatches))
+            record = attrs.evolve(
+                record, status=RunStatus.WAITING, wake_at=self.state.clock.now() + delay
+            )
+        self.leases.release_later(record, counts=stored_nothing)
 
     async def store_status(self, record: RunRecord, what: str) -> None:
         """Write the run's status and release its lease, in one fenced, shielded write.

@@ -176,15 +176,17 @@ class Leases:
             self._releases.pop(record.run_id, None)
         return record
 
-    def release_later(self, record: RunRecord) -> None:
+    def release_later(self, record: RunRecord, *, counts: bool = False) -> None:
         """Have the renewal task write *record* (the run, released) soon, not the caller.
 
         A release gives back the worker dispatch it counted: only claims
         whose owner vanished without an outcome count toward
         ``max_dispatches``, so a worker that drains does not push its runs
-        toward ``dead_letter``.
+        toward ``dead_letter``. With *counts* it keeps it: the execution
+        ended without storing its outcome (the store failed), which counts
+        like a vanished owner.
         """
-        if record.dispatches:
+        if record.dispatches and not counts:
             record = attrs.evolve(record, dispatches=record.dispatches - 1)
         self._releases[record.run_id] = record
         self._wake.set()

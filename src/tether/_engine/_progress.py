@@ -1,6 +1,9 @@
 """A small progress renderer for live runs: one line per event, as ``tether run`` shows it.
 
 Layer: the engine (``_engine``).
+
+Each line is safe on a terminal: the run id, keys, values and errors in it
+have their control characters escaped (:func:`~tether._terminal.escape_controls`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from .._core._events import (
     RunPaused,
     RunStarted,
     StepFinished,
+    StepRetrying,
     StepStarted,
     StreamItem,
     TimerFired,
     TimerStarted,
 )
 from .._errors import LeaseLostError, RunCancelledError, RunConflictError
+from .._terminal import escape_controls
 from ._live import LiveRun
 
 __all__ = ("describe_event", "show_progress")
@@ -44,7 +49,12 @@ def _error(exc: BaseException) -> str:
 
 
 def describe_event(event: RunEvent) -> str:
-    """One line (without newline) describing *event*, as :func:`show_progress` prints it."""
+    """One line (without newline) describing *event*, as :func:`show_progress` prints it;
+    its control characters (a newline too) escaped, so it is one line, safe on a terminal."""
+    return escape_controls(_line(event))
+
+
+def _line(event: RunEvent) -> str:
     match event:
         case RunStarted():
             return f"run {event.run_id}: started ({event.workflow})"
@@ -54,6 +64,12 @@ def describe_event(event: RunEvent) -> str:
             return f"  stream {event.key}: item {event.index}: {_short(event.item)}"
         case CheckpointStored():
             return f"  {event.key}: stored (seq {event.entry.seq})"
+        case StepRetrying():
+            when = "at once" if event.next_at is None else f"at {event.next_at.isoformat()}"
+            return (
+                f"  step {event.key}: attempt {event.attempt} failed: {_error(event.error)}; "
+                f"attempt {event.attempt + 1} {when}"
+            )
         case StepFinished():
             what = "stream" if event.stream else "step"
             if event.exception is None:

@@ -28,12 +28,13 @@ from .._errors import (
     MessageRejectedError,
     RunConflictError,
     RunNotFoundError,
-    UsageError,
     WorkflowNotFoundError,
 )
 from ..stores._mailbox import check_message_name
 from ..stores._records import RunRecord
+from ..stores._run_ids import check_run_id
 from ..stores._store import Store
+from ._catalog import not_defined_here
 
 __all__ = ("encode_message", "refusal", "send")
 
@@ -120,8 +121,7 @@ async def send(
         UsageError, RunNotFoundError, RunConflictError, WorkflowNotFoundError,
         MessageRejectedError, StoreError: as ``engine.send`` says.
     """
-    if not isinstance(run_id, str) or not run_id:
-        raise UsageError(f"engine.send() takes a run id, not {run_id!r:.100}")
+    check_run_id(run_id)
     check_message_name(name)
     box = mailbox(store)
     with StoreErrors(f"reading run {run_id!r}"):
@@ -136,13 +136,8 @@ async def send(
     try:
         wf = find(record)
     except WorkflowNotFoundError:
-        version = "" if record.version is None else f" version {record.version!r}"
-        raise WorkflowNotFoundError(
-            f"run {run_id!r} is a run of workflow {record.workflow!r}{version}, which is "
-            f"not defined in this process, so message {name!r} cannot be checked against "
-            "the messages it declares; import the module that defines it before sending "
-            "(tether send --import MODULE). Nothing was stored"
-        ) from None
+        cannot = f"message {name!r} cannot be checked against the messages it declares"
+        raise not_defined_here(record, cannot, "tether send") from None
     text = encode_message(run_id, wf.name, wf.messages, name, value)
     with StoreErrors(f"sending message {name!r} to run {run_id!r}"):
         await box.send_message(run_id, name, text, now=now())

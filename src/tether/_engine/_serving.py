@@ -38,11 +38,11 @@ from .._core._owners import owner_is_gone
 from .._errors import UsageError
 from ..stores._capabilities import Capability, has
 from ..stores._owners import Served, WorkerAd
-from ..stores._queue import RunFilter, stranded
+from ..stores._queue import Placed, RunFilter, stranded
 from ..stores._records import RunRecord, RunStatus
 from ..stores._store import ADVERTISE_METHODS, AdvertisingStore, Store
 
-__all__ = ("Advertiser", "live_workers", "stranded_records")
+__all__ = ("Advertiser", "is_stranded", "live_workers", "stranded_records", "stranded_text")
 
 log = logging.getLogger("tether.worker")
 
@@ -153,6 +153,34 @@ async def live_workers(store: Store) -> list[WorkerAd]:
             f"{' and '.join(ADVERTISE_METHODS)}): it cannot tell which workers are alive"
         )
     return list(await advertising.list_workers())
+
+
+async def is_stranded(store: Store, run: Placed) -> bool | None:
+    """Whether *run* waits for a worker that no live worker is; ``None``: the store cannot tell.
+
+    A checkpoint (it reads the advertisements).
+
+    Raises:
+        CheckpointCorruptError: an advertisement cannot be read.
+    """
+    if _advertising(store) is None:
+        await trio.lowlevel.checkpoint()
+        return None
+    served: set[Served] = set()
+    for ad in await live_workers(store):
+        served |= ad.serves
+    gone = {run.owner} if run.owner is not None and owner_is_gone(run.owner) else set()
+    return stranded(run, served=served, gone=gone)
+
+
+def stranded_text(run: Placed) -> str:
+    """What to say of a stranded run: the dashboard's and ``tether runs show``'s one wording."""
+    version = "" if run.version is None else f" version {run.version!r}"
+    return (
+        f"stranded: no live worker serves workflow {run.workflow!r}{version}, so nobody "
+        "will execute this run; start a worker that serves it (tether worker --import "
+        "MODULE), or execute it here with tether resume"
+    )
 
 
 async def stranded_records(store: Store, selected: RunFilter) -> list[RunRecord]:

@@ -6,6 +6,12 @@ Layer: the dashboard (``_ui``).
 resumes that responses start; :func:`dashboard_app` is the ASGI app;
 :func:`serve` runs it with Hypercorn's trio worker, in the caller's trio loop.
 
+Every request needs a ``Host`` this server answers to, when it is bound to a
+loopback address: ``127.0.0.1``, ``localhost`` or ``[::1]`` at its port. Any
+other name leads here only by DNS rebinding (a page of another site whose
+name now resolves to 127.0.0.1): it is refused with 403 and a line of plain
+text, pages and writes alike, so such a page can read no run.
+
 Pages (GET, open to whoever reaches the port): ``/`` the runs list,
 ``/run?id=RUN`` a run, ``/run/timeline.svg?id=RUN`` its timeline; with
 ``fragment=1``, the part of the page that refreshes itself.
@@ -19,9 +25,7 @@ mode, and otherwise need all of:
   its forms carry it in a hidden field; other browsers' forms ask for it. A
   page of another site cannot read the token, so cannot forge a write;
 - an ``Origin`` header, when sent (browsers send one with every POST), equal
-  to this server's own origin, and a ``Host`` this server answers to (when
-  bound to a loopback address: ``127.0.0.1``, ``localhost`` or ``[::1]`` at
-  its port, which defeats DNS rebinding);
+  to this server's own origin;
 - a form-encoded body of at most 64 KiB.
 
 Every response forbids framing and allows no script but the page's own.
@@ -43,11 +47,15 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._engine._engine import Engine, open_engine
+from .._engine._engine import Engine, internals, open_engine
+from .._engine._info import RunInfo
+from .._engine._serving import stranded_text
 from .._errors import RunNotFoundError, TetherError, UsageError
 from ..stores import Store
 from ..stores._records import RunStatus
@@ -94,27 +102,22 @@ async def open_dashboard(
     token: str | None = None,
     read_only: bool = False,
     modules: Sequence[ModuleType] = (),
-    answer_wait: float = 2.0,
 ) -> AsyncIterator[Dashboard]:
     """Open an engine on *store* and yield a :class:`Dashboard` on it.
 
     *modules* are the imported modules of workflow code (their types give
-    forms their fields). Resumes started by responses run in a nursery of
-    this block; leaving it cancels them as a caller cancellation (the runs
-    stay resumable), then closes the engine. *token* defaults to a random one.
+    forms their fields). The dashboard executes no run: responses are
+    recorded for the workers (``engine.respond``). *token* defaults to a
+    random one.
     """
-    async with open_engine(store) as engine, trio.open_nursery() as nursery:
-        actions = Actions(engine, nursery, tuple(modules), answer_wait=answer_wait)
-        try:
-            yield Dashboard(
-                engine=engine,
-                actions=actions,
-                shown=shown,
-                token=token or secrets.token_urlsafe(24),
-                read_only=read_only,
-            )
-        finally:
-            nursery.cancel_scope.cancel()
+    async with open_engine(store) as engine:
+        yield Dashboard(
+            engine=engine,
+            actions=Actions(engine, tuple(modules)),
+            shown=shown,
+            token=token or secrets.token_urlsafe(24),
+            read_only=read_only,
+        )
 
 
 def _html(text: str, status: int = 200) -> HTMLResponse:
@@ -235,16 +238,25 @@ async def _run(
         ctx=ctx,
         asked=asked,
         no_code=dash.actions.no_code(info),
-        note=dash.actions.notes.get(run_id),
+        note=await _note(dash, info),
         cancel_problems=cancel or {},
     )
-    live = info.status in (RunStatus.RUNNING, RunStatus.QUEUED) or dash.actions.busy(run_id)
+    live = info.status in (RunStatus.RUNNING, RunStatus.QUEUED)
     if request.query_params.get("fragment"):
         return _fragment(body, live)
     url = run_link(run_id) + "&fragment=1"
     title = tag("h1", "Run ", tag("code", run_id))
     content = live_box(body, url, live)
     return _html(page(ctx, f"run {run_id}", join([title, content])), status)
+
+
+async def _note(dash: Dashboard, info: RunInfo) -> str | None:
+    """What an action here left to say of the run, and whether it is stranded."""
+    note = dash.actions.notes.get(info.run_id)
+    if info.status.wants_worker and await internals(dash.engine).stranded(info):
+        stranded = stranded_text(info)
+        note = stranded if note is None else f"{note}. {stranded}"
+    return note
 
 
 async def _timeline(dash: Dashboard, request: Request) -> Response:
@@ -259,11 +271,7 @@ def _refused(dash: Dashboard, request: Request) -> str | None:
     """Why a write must be refused before its body is read, or ``None``."""
     if dash.read_only:
         return "this dashboard is read-only (tether ui --read-only)"
-    host = request.headers.get("host", "")
-    server = request.scope.get("server") or ("", 0)
-    if is_loopback(str(server[0])) and host not in _loopback_hosts(int(server[1] or 80)):
-        # A name that resolves to this machine only by DNS rebinding: refused.
-        return f"unexpected Host header {host!r}"
+    host = request.headers.get("host", "")  # one this server answers to (_HostCheck)
     origin = request.headers.get("origin")
     if origin is not None and origin != f"{request.url.scheme}://{host}":
         return f"cross-origin request from {origin!r} refused"
@@ -349,8 +357,30 @@ def dashboard_app(dash: Dashboard) -> Starlette:
             Route("/run/timeline.svg", bound(_timeline), methods=["GET"]),
             Route("/run/answer", bound(_write(_answer)), methods=["POST"]),
             Route("/run/cancel", bound(_write(_cancel)), methods=["POST"]),
-        ]
+        ],
+        middleware=[Middleware(_HostCheck)],
     )
+
+
+class _HostCheck:
+    """Refuses every HTTP request whose ``Host`` this server does not answer to (see the
+    module docs), before any page or write sees it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Request(scope).headers.get("host", "")
+            server = scope.get("server") or ("", 0)
+            if is_loopback(str(server[0])) and host not in _loopback_hosts(int(server[1] or 80)):
+                text = (
+                    f"tether ui: refused: unexpected Host header {host!r} (this dashboard "
+                    f"answers to 127.0.0.1:{server[1]}, localhost:{server[1]} or [::1]:{server[1]})"
+                )
+                await PlainTextResponse(text, 403, headers=_HEADERS)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def is_loopback(host: str) -> bool:

@@ -3,9 +3,10 @@
 Layer: the dashboard (``_ui``).
 
 A stored request names its response type (``bool``, ``Decision``, …), not the
-type itself: :func:`resolve_type` finds it, by that name, among the builtins
-and in the modules of the workflow's code (the run's workflow module and the
-``--import`` modules). It never evaluates the name.
+type itself: :func:`~tether._codec._resolve.resolve_type` finds it, by that
+name, among the builtins and in the modules of the workflow's code (the run's
+workflow module and the ``--import`` modules), as ``engine.respond`` does. It
+never evaluates the name.
 
 :func:`form_for` turns a type into fields: a choice of ``true``/``false`` for a
 ``bool``, a text input for an ``int``, ``float`` or ``str``, a choice of
@@ -34,10 +35,11 @@ import attrs
 
 from .._codec._converter import describe
 from .._codec._json import dumps, parse_value
+from .._codec._resolve import resolve_type
 from .._codec._values import codec
 from .._errors import CodecError, Request
 
-__all__ = ("ANSWER", "Field", "Form", "decode", "form_for", "resolve_type")
+__all__ = ("ANSWER", "Field", "Form", "decode", "form_for")
 
 #: The form field name of a whole response; an attribute's field is ``answer.NAME``.
 ANSWER: Final = "answer"
@@ -45,7 +47,6 @@ ANSWER: Final = "answer"
 FieldKind = Literal["bool", "int", "float", "str", "enum", "json"]
 
 _FACTORY: Final[type] = type(attrs.Factory(list))
-_BUILTINS: Final[dict[str, type]] = {"bool": bool, "int": int, "float": float, "str": str}
 
 
 @attrs.frozen(kw_only=True)
@@ -73,27 +74,6 @@ class Form:
     fields: tuple[Field, ...]
     #: the answer is an object of the fields (an attrs class or a dataclass)
     composite: bool = False
-
-
-def resolve_type(name: str, modules: Sequence[ModuleType]) -> Any:
-    """The type a request's ``response_type`` names, or ``None`` when not found (or ambiguous).
-
-    Builtins by name; anything else by its qualified name (``Decision``,
-    ``Outer.Inner``) as an attribute of one of *modules*. Generic names
-    (``list[int]``, ``int | None``) are not looked up.
-    """
-    if name in _BUILTINS:
-        return _BUILTINS[name]
-    if not name.replace(".", "").replace("_", "").isalnum():
-        return None
-    found: list[type] = []
-    for module in modules:
-        target: Any = module
-        for part in name.split("."):
-            target = getattr(target, part, None)
-        if isinstance(target, type) and describe(target) == name and target not in found:
-            found.append(target)
-    return found[0] if len(found) == 1 else None
 
 
 def _kind(tp: Any) -> FieldKind:

@@ -3,7 +3,10 @@
 Layer: the dashboard (``_ui``).
 
 Every piece of text that reaches a page goes through :func:`esc` (directly, or
-as a child or attribute value of :func:`tag`), which escapes ``& < > " '``.
+as a child or attribute value of :func:`tag`), which escapes ``& < > " '``,
+and shows control characters (but newlines and tabs) and lone surrogates as
+the command line does (``\\x1b``, ``\\ud800``:
+:func:`~tether._terminal.escape_controls`), so a page is always valid UTF-8.
 :class:`Markup` marks text that is already safe (made by :func:`esc` or
 :func:`tag`), so composing fragments never escapes twice and never forgets to
 escape once: a stored value containing ``<script>`` shows as text.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 from typing import final
+
+from .._terminal import escape_controls
 
 __all__ = ("Markup", "esc", "join", "tag")
 
@@ -29,13 +34,14 @@ def esc(value: object) -> Markup:
     """*value* as safe page text: :class:`Markup` as it is, anything else ``str()``-ed and escaped.
 
     ``None`` is the empty string. Quotes are escaped too, so the result is
-    safe in attribute values as well as in element content.
+    safe in attribute values as well as in element content. Control
+    characters but newlines and tabs, and lone surrogates, are shown escaped.
     """
     if isinstance(value, Markup):
         return value
     if value is None:
         return Markup("")
-    return Markup(html.escape(str(value), quote=True))
+    return Markup(html.escape(escape_controls(str(value), keep="\n\t"), quote=True))
 
 
 def join(parts: Iterable[object], sep: str = "") -> Markup:

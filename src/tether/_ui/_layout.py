@@ -221,7 +221,9 @@ def execution(info: RunInfo, store: str) -> Markup:
 
 
 def run_link(run_id: str) -> str:
-    return "/run?" + urlencode({"id": run_id})
+    """The run page's URL; for any string (a lone surrogate, which no run id holds, is
+    encoded as ``surrogatepass`` does, so that building a page never fails on it)."""
+    return "/run?" + urlencode({"id": run_id}, errors="surrogatepass")
 
 
 def token_field(ctx: Page, error: str | None) -> Markup:

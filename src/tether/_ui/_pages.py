@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import attrs
 
 from .._engine._info import RunInfo
+from .._errors import ErrorInfo
 from ..stores._records import Entry, RunStatus
 from ._forms import Form
 from ._html import Markup, join, tag
@@ -29,7 +30,7 @@ from ._layout import (
     when,
 )
 from ._request_form import render_form
-from ._timeline import format_duration, timeline_svg
+from ._timeline import entries_count, format_duration, own_duration, timeline_svg
 
 __all__ = ("Asked", "run_body", "runs_body", "runs_table")
 
@@ -123,7 +124,8 @@ def runs_table(
     if paged:
         links.append(tag("a", "← first page", href="/?" + urlencode(query)))
     if next_after is not None:
-        links.append(tag("a", "next page →", href="/?" + urlencode({**query, "after": next_after})))
+        after = urlencode({**query, "after": next_after}, errors="surrogatepass")
+        links.append(tag("a", "next page →", href="/?" + after))
     pager = tag("div", *links, class_="pager") if links else None
     return join([tag("table", tag("thead", head), tag("tbody", *rows)), pager])
 
@@ -171,9 +173,12 @@ def _journal(entries: Sequence[Entry]) -> Markup:
     )
     rows = []
     for e in entries:
-        outcome = tag("pre", str(e.error)) if e.error is not None else value_cell(e.value)
+        if e.error is not None:
+            outcome = join([tag("pre", str(e.error)), _traceback(e.error, open_=False)])
+        else:
+            outcome = value_cell(e.value)
         started = e.started_at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3]
-        took = format_duration((e.finished_at - e.started_at).total_seconds())
+        took = format_duration(own_duration(e).total_seconds())
         rows.append(
             tag(
                 "tr",
@@ -185,6 +190,27 @@ def _journal(entries: Sequence[Entry]) -> Markup:
             )
         )
     return tag("table", tag("thead", head), tag("tbody", *rows), class_="journal")
+
+
+def _members(error: ErrorInfo) -> Markup | None:
+    """The errors inside an exception group, one item each (``None``: not a group)."""
+    if not error.members:
+        return None
+    items = [tag("li", tag("code", str(m))) for m in error.members]
+    return join([tag("p", "The errors inside it:"), tag("ul", *items)])
+
+
+def _traceback(error: ErrorInfo, *, open_: bool) -> Markup | None:
+    """The error's stored traceback, folded (``None``: stored without one)."""
+    if error.traceback is None:
+        return None
+    return tag(
+        "details",
+        tag("summary", "Traceback"),
+        tag("pre", error.traceback, class_="traceback"),
+        open=open_,
+        class_="traceback",
+    )
 
 
 def _cancel_form(info: RunInfo, ctx: Page, problems: Mapping[str, str]) -> Markup | None:
@@ -237,6 +263,8 @@ def run_body(
                 tag("h2", "Error"),
                 tag("p", tag("code", info.error.type), *where),
                 tag("pre", info.error.message, class_="error-message"),
+                _members(info.error),
+                _traceback(info.error, open_=True),
                 class_="card problem",
                 id="error",
             )
@@ -264,6 +292,6 @@ def run_body(
     parts.append(_cancel_form(info, ctx, cancel_problems))
     parts.append(tag("h2", "Timeline"))
     parts.append(tag("div", Markup(timeline_svg(info.entries, width=1080)), class_="scroll card"))
-    parts.append(tag("h2", f"Journal ({len(info.entries)} entries)"))
+    parts.append(tag("h2", f"Journal ({entries_count(len(info.entries))})"))
     parts.append(_journal(info.entries))
     return join(parts)

@@ -18,7 +18,8 @@ requests) in their own colour. Every entry is drawn, so a failed attempt of a
 key and the later attempt that succeeded are two bars. A step that needed
 retries (``attempt`` > 1) has a dashed outline and says which attempt
 succeeded. Each bar's ``<title>`` (a tooltip) has its key, status, attempt,
-duration and error.
+duration (a timer's: from its start to when it was due, :func:`own_duration`)
+and error.
 
 **Time.** The axis is linear from the first start to the last finish, except
 that idle stretches much longer than the work around them (a run paused for
@@ -27,6 +28,7 @@ hours for a human) are drawn as a short break labelled with their length.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -37,7 +39,15 @@ import attrs
 from ..stores._records import Entry, EntryKind, EntryStatus
 from ._html import Markup, tag
 
-__all__ = ("COLOURS", "format_duration", "lanes", "timeline_svg")
+__all__ = (
+    "COLOURS",
+    "entries_count",
+    "format_duration",
+    "lanes",
+    "own_duration",
+    "timeline_svg",
+    "timer_due",
+)
 
 #: fill colour of a bar, by outcome (``answer``: a journaled ask response)
 COLOURS: Final = {
@@ -75,6 +85,30 @@ def format_duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def timer_due(entry: Entry) -> datetime | None:
+    """When the timer *entry* journals was due (``None``: not a timer, or no due time)."""
+    if entry.kind is not EntryKind.TIMER or entry.value is None:
+        return None
+    try:
+        due = json.loads(entry.value).get("due")
+        moment = datetime.fromisoformat(due) if isinstance(due, str) else None
+    except (ValueError, AttributeError):
+        return None
+    return moment if moment is not None and moment.utcoffset() is not None else None
+
+
+def own_duration(entry: Entry) -> timedelta:
+    """How long the call *entry* records took: from its start to its finish; a timer's,
+    to when it was due (its entry is journaled as it starts, so its finish is its start)."""
+    due = timer_due(entry)
+    return (entry.finished_at if due is None else due) - entry.started_at
+
+
+def entries_count(n: int) -> str:
+    """``1 entry``, ``2 entries``."""
+    return f"{n} {'entry' if n == 1 else 'entries'}"
 
 
 @attrs.frozen
@@ -226,7 +260,7 @@ def _seconds(moment: datetime, t0: datetime) -> float:
 
 
 def _title(entry: Entry) -> str:
-    took = format_duration(_seconds(entry.finished_at, entry.started_at))
+    took = format_duration(own_duration(entry).total_seconds())
     outcome = _outcome(entry)
     text = f"{entry.key}: {_SHOWN.get(outcome, outcome)}, attempt {entry.attempt}, {took}"
     if entry.kind is not EntryKind.STEP:
@@ -410,4 +444,4 @@ def timeline_svg(entries: Sequence[Entry], *, width: int = 960) -> str:
         )
     body = Markup("".join([*back, *grid, *front, _legend(bottom + 10)]))
     height = bottom + _LEGEND_H
-    return str(_svg(width, height, body, f"timeline of {len(entries)} journal entries"))
+    return str(_svg(width, height, body, f"timeline of the journal: {entries_count(len(entries))}"))

@@ -89,7 +89,9 @@ _CHECK_FROM: Final = datetime(2000, 1, 1, tzinfo=UTC)
 _CHECK_YEARS: Final = 200
 
 _US: Final = timedelta(microseconds=1)
-_INSTALL_HINT: Final = "tether.schedule needs croniter: pip install 'tether[schedules]'"
+_INSTALL_HINT: Final = (
+    "tether.schedule needs croniter: pip install -e '.[schedules]' in tether's clone"
+)
 
 
 def _croniter() -> ModuleType:

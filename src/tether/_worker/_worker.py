@@ -69,7 +69,7 @@ from .._core._nurseries import exit_nursery
 from .._core._owners import owner_is_gone
 from .._engine._engine import Engine, internals
 from .._engine._serving import Advertiser
-from .._errors import LeaseLostError, Paused, RunCancelledError, TetherError, UsageError
+from .._errors import LeaseLostError, Paused, RunCancelledError, UsageError
 from ..stores._owners import Served
 from ..stores._queue import check_max_dispatches
 from ..stores._records import RunRecord, RunStatus
@@ -234,6 +234,8 @@ class Worker:
     async def _execute(self, record: RunRecord, ended: trio.Event) -> None:
         """Execute one claimed run; log its outcome; never raise one (Cancelled propagates).
 
+        A failure is logged at WARNING with its traceback.
+
         Sets *ended* when the run no longer holds its slot.
         """
         run_id = record.run_id
@@ -256,8 +258,11 @@ class Worker:
             )
         except Exception as exc:
             how = "failed"
-            level = logging.WARNING if isinstance(exc, TetherError) else logging.INFO
-            log.log(level, "tether worker %s: run %s failed: %r", self.engine.owner, run_id, exc)
+            # With its traceback (the step's own frame in it): the log is where
+            # an operator looks first.
+            log.warning(
+                "tether worker %s: run %s failed: %r", self.engine.owner, run_id, exc, exc_info=exc
+            )
         finally:
             self.outcomes[how] = self.outcomes.get(how, 0) + 1
             self.running.discard(run_id)
@@ -317,7 +322,10 @@ async def open_worker(
         engine: an open engine; its store must have ``claim_next``.
         concurrency: how many runs the worker holds a lease on at once.
         max_dispatches: a run claimed this many times by workers without
-            reaching an outcome (its worker died each time) is stored as
+            reaching an outcome (its worker died each time, or its outcome
+            could not be stored: then it also waits before it is claimed
+            again, one second after the first such execution, twice as long
+            after each further one, at most five minutes) is stored as
             ``dead_letter`` instead of being claimed again. A run's last
             chance (its claim number *max_dispatches*, from 2 on) executes
             alone: the worker claims nothing more until it ends, so a run

@@ -6,7 +6,9 @@ Layer: the bench (``tether.bench``), its public face.
   hangs or is slow, against the floor (a bare trio nursery of the same
   width, measured in the same run), and what does it leave behind (tasks,
   threads, a run that does not resume)? A store or workflow that breaks the
-  promise is named in a :class:`Finding`, with the fix.
+  promise is named in a :class:`Finding`, with the fix. An undisturbed run
+  that does not end (it waits for a message, say) raises
+  :class:`PhaseStuckError`, naming what it waits for.
 - :func:`bench_steps`: what one durable step costs on a store, against a
   plain ``await`` and a trio checkpoint.
 - :func:`bench_throughput`: durable parallel steps per second, with group
@@ -16,12 +18,13 @@ Each takes its store as a factory (a sync or async callable returning a
 fresh, unopened store, as :func:`tether.testing.check_store` does) and
 returns a frozen result; :func:`write_table` prints it, :func:`to_json`
 makes it JSON, :func:`plot_cancel` draws a cancel bench's latency CDF
-(matplotlib: ``pip install 'tether[bench]'``).
+(matplotlib: ``pip install -e '.[bench]'``).
 """
 
 from ._cancel import FAULT_METHODS as FAULT_METHODS
 from ._cancel import bench_cancel as bench_cancel
 from ._census import Culprit as Culprit
+from ._phases import PhaseStuckError as PhaseStuckError
 from ._plot import plot_cancel as plot_cancel
 from ._report import to_json as to_json
 from ._report import write_table as write_table
@@ -46,6 +49,7 @@ __all__ = (
     "Finding",
     "OneCommitPerSave",
     "Percentiles",
+    "PhaseStuckError",
     "Probe",
     "StepsResult",
     "ThroughputResult",

@@ -15,14 +15,20 @@ it, and then, in this order:
    names what still held the caller *tolerance* seconds after the deadline;
 3. the tasks and threads still running once the caller returned;
 4. the resume: the fault cleared, ``engine.resume`` of the run (bounded by
-   ten times the undisturbed run's duration, and at least 10 s), which must
-   end as the undisturbed run did (completed, with the same result, or
-   paused, or failed with the same error type);
+   ten times the undisturbed run's duration, at least 10 s and at most the
+   phase timeout), which must end as the undisturbed run did (completed,
+   with the same result, or paused, or failed with the same error type);
 5. the tasks and threads still running once the engine closed the store,
    against a census taken before it opened.
 
 The runs of samples that resumed as they should are deleted afterwards
 where the store can (``delete_run``); the others are kept, and named.
+
+The phases without a caller's deadline, the undisturbed run and each
+resume, are bounded by the phase timeout (:func:`~._phases.within`): an
+undisturbed run that does not end stops the bench with
+:class:`~._phases.PhaseStuckError`, naming what it waits for; a resume that
+does not end is a sample that did not resume, and says so.
 
 Whole because :func:`bench_cancel` is the bench from top to bottom (check the
 options, probe, the samples, judge), each part already a function of its own
@@ -54,6 +60,7 @@ from ..testing._faults import Fault
 from ._census import Census, Culprit
 from ._deadline import bare_nursery, under_deadline
 from ._findings import judge
+from ._phases import PhaseStuckError, within
 from ._probe import Holding, Watched, delete_quietly, make_store, outcome_of, probe
 from ._results import CancelResult, CancelSample, Probe
 
@@ -66,6 +73,8 @@ FAULT_METHODS: Final = tuple(m for m in STORE_METHODS if m not in ("open", "clos
 #: workflow of one pair), so both see the same spread of the timer's millisecond rounding.
 _JITTER: Final = 1e-3
 _MIN_RESUME: Final = 10.0
+#: The default phase timeout: seconds the undisturbed run, and each resume, may take.
+PHASE_TIMEOUT: Final = 60.0
 
 Progress = Callable[[str], None]
 
@@ -87,9 +96,13 @@ def _virtual() -> bool:
     return True
 
 
-def _check(deadline: float, samples: int, tolerance: float, width: int | None, at: str) -> None:
+def _check(
+    deadline: float, samples: int, tolerance: float, width: int | None, at: str, timeout: float
+) -> None:
     if not isinstance(deadline, int | float) or not 0 < deadline < math.inf:
         raise UsageError(f"the deadline must be a positive number of seconds, not {deadline!r}")
+    if not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise UsageError(f"the phase timeout must be a positive number of seconds, not {timeout!r}")
     if not isinstance(samples, int) or samples < 1:
         raise UsageError(f"samples must be 1 or more, not {samples!r}")
     if not isinstance(tolerance, int | float) or not 0 <= tolerance < math.inf:
@@ -106,7 +119,7 @@ def _positions(probe: Probe, at: str, sweep: bool) -> Sequence[int | None]:
         calls = ", ".join(f"{m} x{n}" for m, n in probe.calls.items())
         raise UsageError(
             f"an undisturbed run makes no {at} call, so a fault there would never apply; "
-            f"it calls: {calls}"
+            f"it calls: {calls} (and ends {probe.describe()})"
         )
     return range(1, made + 1) if sweep else [None]
 
@@ -115,12 +128,19 @@ async def _resume(engine: Engine, run_id: str, probe: Probe, limit: float) -> tu
     """How the resume of *run_id* ended, and whether that is how the undisturbed run ended."""
     error: BaseException | None = None
     try:
-        with trio.fail_after(limit):
-            await engine.resume(run_id)
+        await within(
+            lambda: engine.resume(run_id),
+            phase="the resume",
+            run_id=run_id,
+            timeout=limit,
+            store=engine.store,
+            longer="a resume gets ten times the undisturbed run's time, at least 10 s and at "
+            "most the phase timeout (--phase-timeout SECONDS, phase_timeout=)",
+        )
     except RunNotFoundError:
         return "not stored: the deadline struck before the run was created", True
-    except trio.TooSlowError:
-        return f"did not finish within {limit:g} s", False
+    except PhaseStuckError as exc:
+        return str(exc), False
     except Exception as exc:  # the workflow's outcome (a pause, a failure), or the store's
         error = exc
     outcome = outcome_of(error)
@@ -151,6 +171,7 @@ async def _sample(
     virtual: bool,
     clock: Clock | None,
     keep_runs: bool,
+    phase_timeout: float,
     on_late: Callable[[tuple[Culprit, ...], tuple[str, ...]], None] | None,
 ) -> CancelSample:
     inner = await make_store(factory)
@@ -175,7 +196,7 @@ async def _sample(
         faulty.clear()
         if holding is not None:
             holding.hold()
-        limit = max(_MIN_RESUME, 10 * probe.seconds)
+        limit = min(phase_timeout, max(_MIN_RESUME, 10 * probe.seconds))
         resumed, resumable = await _resume(engine, run_id, probe, limit)
         if resumable and not keep_runs:
             await delete_quietly(inner, run_id)
@@ -237,6 +258,7 @@ async def bench_cancel(
     shown: str | None = None,
     keep_runs: bool = False,
     progress: Progress | None = None,
+    phase_timeout: float = PHASE_TIMEOUT,
 ) -> CancelResult:
     """Bench ``wf(*args)`` under a caller's deadline with *fault* at the store's *at* calls.
 
@@ -262,8 +284,11 @@ async def bench_cancel(
         shown: the store as the result shows it (default: the first store's repr).
         keep_runs: keep every run in the store (default: delete, where the store
             can, those that resumed as they should).
-        progress: called with one line of text as each sample ends, and when a
-            caller is still held *tolerance* seconds after its deadline.
+        progress: called with one line of text as the undisturbed run starts and
+            ends, as each sample ends, and when a caller is still held
+            *tolerance* seconds after its deadline.
+        phase_timeout: seconds the undisturbed run may take, and each resume (at
+            most; a resume gets ten times the undisturbed run, at least 10 s).
 
     Under ``trio.testing.MockClock(autojump_threshold=0)`` the bench runs in
     virtual time (the engines' wall clock is a
@@ -276,15 +301,29 @@ async def bench_cancel(
     Raises:
         UsageError: an option is out of range, the undisturbed run makes no *at*
             call, or a MockClock does not autojump at once.
+        PhaseStuckError: the undisturbed run did not end within *phase_timeout*,
+            or waits for a message (naming what it waits for).
         TetherError: the undisturbed run met a store (or codec) error.
     """
-    _check(deadline, samples, tolerance, width, at)
+    _check(deadline, samples, tolerance, width, at, phase_timeout)
     fault = Hang() if fault is None else fault
     virtual = _virtual()
     clock = TrioWallClock(datetime.now(UTC)) if virtual else None
+    if progress is not None:
+        progress(
+            f"undisturbed run of {wf.name}: no fault, no deadline (at most {phase_timeout:g} s)"
+        )
     first, first_store = await probe(
-        wf, args, factory=store, virtual=virtual, clock=clock, keep_runs=keep_runs
+        wf,
+        args,
+        factory=store,
+        virtual=virtual,
+        clock=clock,
+        keep_runs=keep_runs,
+        timeout=phase_timeout,
     )
+    if progress is not None:
+        progress(f"undisturbed run: {_ms(first.seconds)}, {first.describe()}")
     positions = _positions(first, at, sweep)
     width = first.width if width is None else width
     rng = random.Random(13)
@@ -312,6 +351,7 @@ async def bench_cancel(
                 virtual=virtual,
                 clock=clock,
                 keep_runs=keep_runs,
+                phase_timeout=phase_timeout,
                 on_late=_late(progress, f"sample {index}{where}", tolerance),
             )
             measured.append(sample)

@@ -20,7 +20,9 @@ from ._results import CancelResult
 
 __all__ = ("INSTALL_HINT", "plot_available", "plot_cancel")
 
-INSTALL_HINT: Final = "--plot needs matplotlib: pip install 'tether[bench]'"
+INSTALL_HINT: Final = (
+    "--plot needs matplotlib, the bench extra: pip install -e '.[bench]' in tether's clone"
+)
 
 
 def plot_available() -> bool:
@@ -42,7 +44,7 @@ def plot_cancel(result: CancelResult, path: str | os.PathLike[str]) -> None:
     floor) to *path* as a PNG.
 
     Raises:
-        UsageError: matplotlib is not installed (``pip install 'tether[bench]'``).
+        UsageError: matplotlib is not installed (``pip install -e '.[bench]'``).
         OSError: *path* cannot be written.
     """
     try:

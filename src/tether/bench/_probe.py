@@ -10,7 +10,8 @@ Layer: the bench (``tether.bench``).
 - :class:`Watched`: the user's fault, remembering that it was reached.
 - :func:`probe`: one undisturbed run (no fault, no deadline) that measures
   how long the workflow takes, the store calls it makes, how many steps it
-  has in flight at once, and how it ends.
+  has in flight at once, and how it ends (with the requests it paused on);
+  bounded by the phase timeout (:func:`~._phases.within`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..stores._capabilities import Capability, has
 from ..testing import ClockHoldingStore, FaultyStore, StoreFactory
 from ..testing._conformance_base import maybe_await
 from ..testing._faults import Call, Fault
+from ._phases import within
 from ._results import Probe
 
 __all__ = ("Holding", "Watched", "delete_quietly", "make_store", "outcome_of", "probe")
@@ -153,13 +155,15 @@ async def probe(
     virtual: bool,
     clock: Clock | None,
     keep_runs: bool,
+    timeout: float,
 ) -> tuple[Probe, str]:
-    """One undisturbed run of ``wf(*args)`` on a fresh store from *factory*; what it measured,
-    and the store's repr.
+    """One undisturbed run of ``wf(*args)`` on a fresh store from *factory*, within
+    *timeout* seconds; what it measured, and the store's repr.
 
     A checkpoint; cancellation propagates (the run is left resumable).
 
     Raises:
+        PhaseStuckError: the run did not end within *timeout*, or waits for a message.
         TetherError: the store or tether failed (a store error, a codec error):
             the bench cannot go on.
     """
@@ -173,7 +177,13 @@ async def probe(
         start = trio.current_time()
         error: BaseException | None = None
         try:
-            await engine.run(wf, *args, run_id=run_id)
+            await within(
+                lambda: engine.run(wf, *args, run_id=run_id),
+                phase=f"the undisturbed run of {wf.name} (no fault, no deadline)",
+                run_id=run_id,
+                timeout=timeout,
+                store=inner,
+            )
         except TetherError:
             raise
         except Exception as exc:  # the workflow's own outcome: a failure, a pause
@@ -191,5 +201,6 @@ async def probe(
         width=max(1, width.most),
         outcome=outcome,
         result=record.result if record is not None and outcome == "completed" else None,
+        requests=tuple(r.key for r in error.requests) if isinstance(error, Paused) else (),
     )
     return measured, repr(inner)

@@ -55,6 +55,7 @@ def to_json(result: Result) -> dict[str, Any]:
     elif isinstance(result, StepsResult):
         data["overhead"] = result.overhead
         data["checkpoints_per_step"] = result.checkpoints_per_step
+        data["resolved"] = result.resolved
     else:
         data["ratio"] = result.ratio
     clean: dict[str, Any] = _clean(data)
@@ -123,7 +124,7 @@ def _cancel(result: CancelResult, out: TextIO) -> None:
         file=out,
     )
     print(
-        f"  undisturbed run: {duration(probe.seconds)}, {probe.outcome}, at most {probe.width} "
+        f"  undisturbed run: {duration(probe.seconds)}, {probe.describe()}, at most {probe.width} "
         f"step{'s' if probe.width != 1 else ''} at once; its store calls: {calls}",
         file=out,
     )
@@ -181,18 +182,30 @@ def _steps(result: StepsResult, out: TextIO) -> None:
     )
     print(file=out)
     cp = result.checkpoint
+    within = f"±{_us(result.resolution)}"
+    if result.resolved:
+        step = [f"{_us(result.per_step)} {within}", f"{result.checkpoints_per_step:,.2f}"]
+    else:
+        step = [f"below resolution ({within})", "-"]
     rows = [
-        ["tether step (durable)", _us(result.per_step), f"{result.checkpoints_per_step:,.2f}"],
+        ["tether step (durable)", *step],
         ["plain await (no-op)", _us(result.plain_await), f"{result.plain_await / cp:,.2f}"],
         ["trio checkpoint", _us(cp), "1.00"],
     ]
     table(out, ("WHAT", "US EACH", "CHECKPOINTS"), rows, None)
-    print(
-        f"\na step costs {_us(result.overhead)} us over a plain await "
-        f"({result.checkpoints_per_step:,.1f} checkpoints); a run's fixed cost (create, claim, "
-        f"final status) is {_us(result.per_run)} us",
-        file=out,
-    )
+    fixed = f"a run's fixed cost (create, claim, final status) is {_us(result.per_run)} us"
+    if result.resolved:
+        print(
+            f"\na step costs {_us(result.overhead)} us over a plain await "
+            f"({result.checkpoints_per_step:,.1f} checkpoints); {fixed}",
+            file=out,
+        )
+    else:
+        print(
+            f"\na step costs less than this bench resolves ({within} us: the runs vary more "
+            f"than {result.steps} steps add); more steps or repeats resolve it; {fixed}",
+            file=out,
+        )
 
 
 def _throughput(result: ThroughputResult, out: TextIO) -> None:

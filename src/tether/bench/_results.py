@@ -60,6 +60,13 @@ class Probe:
     width: int  #: the most steps it had in flight at once (at least 1)
     outcome: str  #: ``completed``, ``paused`` or ``failed: ErrorType``
     result: str | None  #: the stored result (JSON text) when completed
+    requests: tuple[str, ...] = ()  #: the keys of the requests it paused on
+
+    def describe(self) -> str:
+        """How it ended: ``completed``, ``paused on request approve``, ``failed: ...``."""
+        if self.requests:
+            return f"{self.outcome} on request {', '.join(self.requests)}"
+        return self.outcome
 
 
 @final
@@ -140,17 +147,29 @@ class StepsResult:
     store: str
     steps: int  #: sequential steps per run
     repeats: int
-    per_step: float  #: a durable step: (T(steps) - T(0)) / steps
+    #: a durable step: the median of the repeats' paired (T(steps) - T(0)) / steps, never
+    #: below 0 (see :attr:`resolution`)
+    per_step: float
+    #: how far noise alone moves :attr:`per_step`: the median absolute deviation of the
+    #: paired differences, or that of the runs of no step over *steps*, whichever is larger
+    resolution: float
     per_run: float  #: T(0): a run of no step (create, claim, final status)
     plain_await: float  #: one ``await`` of a no-op coroutine
     checkpoint: float  #: one ``await trio.lowlevel.checkpoint()``
-    #: each repeat's (per step, plain await, checkpoint), in the order measured
+    #: each repeat's (per step, plain await, checkpoint), in the order measured (a per-step
+    #: difference of one repeat may be below 0: noise)
     repeats_measured: tuple[tuple[float, float, float], ...]
 
     @property
+    def resolved(self) -> bool:
+        """Whether :attr:`per_step` is above its :attr:`resolution` (else noise could be all
+        of it)."""
+        return self.per_step > self.resolution
+
+    @property
     def overhead(self) -> float:
-        """What a step costs over a plain await of the same no-op."""
-        return self.per_step - self.plain_await
+        """What a step costs over a plain await of the same no-op (never below 0)."""
+        return max(0.0, self.per_step - self.plain_await)
 
     @property
     def checkpoints_per_step(self) -> float:

@@ -5,11 +5,15 @@ Layer: the bench (``tether.bench``).
 The approach of ``benchmarks/step_overhead.py``, on any store: a workflow of
 K sequential trivial steps (each ``await`` of a step stores its record
 before it returns), timed whole; a run of no step gives the fixed per-run
-cost T(0) (creating and claiming the run, storing its final status), and a
-step costs ``(T(K) - T(0)) / K``. In the same loop, repeat by repeat: K
-plain ``await``s of the same no-op coroutine (what a step would cost
-without tether), and K ``await trio.lowlevel.checkpoint()``, trio's own
-unit, so the figure compares across machines ("checkpoints per step").
+cost T(0) (creating and claiming the run, storing its final status). Each
+repeat times a run of no step and then a run of K steps, so a step costs
+the median of the paired ``(T(K) - T(0)) / K``, never below 0, with the
+resolution the timings allow (:func:`~._stats.paired_cost`): noise cannot
+flip its sign, and a cost within the noise is reported as such. In the same
+loop, repeat by repeat: K plain ``await``s of the same no-op coroutine (what
+a step would cost without tether), and K ``await
+trio.lowlevel.checkpoint()``, trio's own unit, so the figure compares
+across machines ("checkpoints per step").
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .._errors import UsageError
 from ..testing import StoreFactory
 from ._probe import delete_quietly, make_store
 from ._results import StepsResult
+from ._stats import paired_cost
 
 __all__ = ("bench_steps",)
 
@@ -76,9 +81,10 @@ async def bench_steps(
     """The cost of one durable sequential step on a store from *store* (a factory, as for
     :func:`~tether.bench.bench_cancel`), against a plain await and a trio checkpoint.
 
-    One engine on one store; a warm-up run, then ``max(3, repeats)`` runs of
-    no step, then *repeats* rounds of (plain awaits, checkpoints, a run of
-    *steps* steps), each figure the median of the rounds. Real time
+    One engine on one store; a warm-up run, then three runs of no step, then
+    *repeats* rounds of (plain awaits, checkpoints, a run of no step, a run of
+    *steps* steps), each figure the median of the rounds; a step's cost is
+    that of the paired runs, with its resolution. Real time
     (``time.perf_counter``). A checkpoint; cancellation propagates (the
     store is closed; the run in progress stays resumable).
 
@@ -99,23 +105,28 @@ async def bench_steps(
         return lambda: engine.run(_sequential, k, run_id=run_id)
 
     rounds: list[tuple[float, float, float]] = []
+    bases: list[float] = []
+    fulls: list[float] = []
     async with open_engine(inner) as engine:
         await _timed(run(engine, min(steps, 10)))  # warm-up: readers, caches, type hints
-        zero = statistics.median([await _timed(run(engine, 0)) for _ in range(max(3, repeats))])
-        for _ in range(repeats):  # interleaved, so drift hits the three alike
+        zeros = [await _timed(run(engine, 0)) for _ in range(3)]
+        for _ in range(repeats):  # interleaved, so drift hits them alike
             plain = await _timed(lambda: _plain(steps))
             checkpoint = await _timed(lambda: _checkpoints(steps))
-            full = await _timed(run(engine, steps))
-            rounds.append(((full - zero) / steps, plain / steps, checkpoint / steps))
+            bases.append(await _timed(run(engine, 0)))
+            fulls.append(await _timed(run(engine, steps)))
+            rounds.append(((fulls[-1] - bases[-1]) / steps, plain / steps, checkpoint / steps))
         if not keep_runs:
             for run_id in made:
                 await delete_quietly(inner, run_id)
+    per_step, resolution = paired_cost(bases, fulls, steps, more_base=zeros)
     return StepsResult(
         store=shown if shown is not None else repr(inner),
         steps=steps,
         repeats=repeats,
-        per_step=statistics.median(r[0] for r in rounds),
-        per_run=zero,
+        per_step=per_step,
+        resolution=resolution,
+        per_run=statistics.median(zeros + bases),
         plain_await=statistics.median(r[1] for r in rounds),
         checkpoint=statistics.median(r[2] for r in rounds),
         repeats_measured=tuple(rounds),

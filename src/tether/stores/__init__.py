@@ -4,12 +4,14 @@ Layer: stores (``tether.stores``), its public face: what store authors import.
 """
 
 from .._errors import ErrorInfo as ErrorInfo
+from .._errors import set_public_module as _set_public_module
 from ._capabilities import METHODS as CAPABILITY_METHODS
 from ._capabilities import Capability as Capability
 from ._capabilities import capabilities_of as capabilities_of
 from ._capabilities import has as has
 from ._capabilities import mailbox_of as mailbox_of
 from ._file import FileStore as FileStore
+from ._from_url import from_url as from_url
 from ._leases import ClaimDecision as ClaimDecision
 from ._leases import check_append as check_append
 from ._leases import check_delete as check_delete
@@ -64,6 +66,12 @@ from ._records import RunStatus as RunStatus
 from ._records import load_entry as load_entry
 from ._records import load_run_record as load_run_record
 from ._records import utcnow as utcnow
+from ._respond import RESPOND_METHODS as RESPOND_METHODS
+from ._respond import RespondingStore as RespondingStore
+from ._respond import check_respond as check_respond
+from ._respond import decide_respond as decide_respond
+from ._run_ids import MAX_RUN_ID_BYTES as MAX_RUN_ID_BYTES
+from ._run_ids import check_run_id as check_run_id
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._store import ADVERTISE_METHODS as ADVERTISE_METHODS
@@ -87,7 +95,9 @@ __all__ = (
     "FINISHED",
     "FORMAT_VERSION",
     "MAILBOX_METHODS",
+    "MAX_RUN_ID_BYTES",
     "MESSAGE_FORMAT",
+    "RESPOND_METHODS",
     "SCHEMA_VERSION",
     "STORE_METHODS",
     "WORKER_METHODS",
@@ -101,6 +111,7 @@ __all__ = (
     "ErrorInfo",
     "FileStore",
     "MailboxStore",
+    "RespondingStore",
     "MemoryStore",
     "Message",
     "PostgresStore",
@@ -123,12 +134,15 @@ __all__ = (
     "check_now",
     "check_owner",
     "check_run_filter",
+    "check_respond",
+    "check_run_id",
     "check_send",
     "check_served",
     "check_ttl",
     "decide_cancel",
     "decide_claim",
     "decide_dispatch",
+    "decide_respond",
     "decide_send",
     "dispatchable",
     "due",
@@ -137,6 +151,7 @@ __all__ = (
     "entry_checksum",
     "fenced_update",
     "first_gap",
+    "from_url",
     "load_entry",
     "load_message",
     "load_run_record",
@@ -150,3 +165,6 @@ __all__ = (
     "utcnow",
     "waiting",
 )
+
+# Tracebacks and reprs name the public home of these, not the private module.
+_set_public_module(__name__, globals(), __all__)

@@ -4,7 +4,8 @@ Layer: stores (``tether.stores``).
 
 Layer: stores. The :class:`~._store.Store` protocol is what every store has;
 the rest is optional, in groups of methods: serving workers (``claim_next``),
-advertising workers, deleting runs, keeping messages, watching for changes.
+advertising workers, deleting runs, keeping messages, watching for changes,
+taking responses for the workers.
 A store has a capability when it has all of its methods; a store may instead
 *declare* what it has, with a ``capabilities`` attribute (a set of
 :class:`Capability`), and a store that wraps another (``FaultyStore``, a
@@ -22,6 +23,7 @@ from types import MappingProxyType
 from typing import Final, cast
 
 from ._mailbox import MAILBOX_METHODS, MailboxStore
+from ._respond import RESPOND_METHODS
 from ._store import ADVERTISE_METHODS, DELETE_METHODS, WORKER_METHODS
 
 __all__ = ("Capability", "METHODS", "capabilities_of", "has", "mailbox_of")
@@ -35,6 +37,7 @@ class Capability(enum.StrEnum):
     DELETE = "delete"  #: ``delete_run``: ``tether runs prune``
     MESSAGES = "messages"  #: ``send_message``, ``load_messages``: ``engine.send``, ``receive``
     WATCH = "watch"  #: ``watch``: the store notifies changes (``LISTEN``/``NOTIFY``)
+    RESPOND = "respond"  #: ``respond``: ``engine.respond`` (responses queued for the workers)
 
 
 #: The methods of each capability.
@@ -45,6 +48,7 @@ METHODS: Final[Mapping[Capability, tuple[str, ...]]] = MappingProxyType(
         Capability.DELETE: DELETE_METHODS,
         Capability.MESSAGES: MAILBOX_METHODS,
         Capability.WATCH: ("watch",),
+        Capability.RESPOND: RESPOND_METHODS,
     }
 )
 

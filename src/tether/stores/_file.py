@@ -14,7 +14,7 @@ its design in its module doc:
   caller, withdrawn while they wait for a lock, counted until they end, and
   waited for by ``close()``; the session (one ``open()`` to ``close()``)
   whose caches they fill;
-- :mod:`._file_disk`: the layout on disk, the run id check, atomic writes
+- :mod:`._file_disk`: the layout on disk, a run's folder name, atomic writes
   of one file, the strict checks of a folder (plain functions of paths);
 - :mod:`._file_base`: the store's state, a run's folder, the strict reads of
   a file and of a run's record, the replacement of ``run.json``;
@@ -38,7 +38,6 @@ from typing import final
 
 from .._errors import UsageError
 from ._file_calls import FileCalls
-from ._file_disk import check_run_id
 from ._file_journal import FileJournal
 from ._file_mailbox import FileMailbox
 from ._file_owners import FileOwners
@@ -47,6 +46,8 @@ from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
 from ._records import Entry, RunRecord, RunStatus
+from ._respond import check_respond
+from ._run_ids import check_run_id
 
 __all__ = ("FileStore",)
 
@@ -57,15 +58,22 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
 
     Args:
         directory: the store's folder; created (with its parents) on :meth:`open`.
+            A string that is a store URL (``"file:runs"``; the rule is
+            :class:`~tether.SQLiteStore`'s) raises :class:`~tether.UsageError`
+            naming :func:`tether.stores.from_url`; a :class:`pathlib.Path` is
+            always a path.
 
-    Layout: ``<directory>/<run_id>/run.json`` and one file per append,
-    ``<directory>/<run_id>/entries/<first seq, 12 digits>.json``. Each file is
+    Layout: ``<directory>/<run folder>/run.json`` and one file per append,
+    ``<directory>/<run folder>/entries/<first seq, 12 digits>.json``. Each file is
     written atomically (temporary file, fsync, publish, fsync of the folder);
     names starting with ``.`` are temporary and never read.
 
-    Run ids are folder names: one that could leave the directory (``..``,
-    ``/``, ``\\``, NUL, a leading ``.``, too long, empty) raises
-    :class:`~tether.UsageError`. Step keys are stored inside files only.
+    Run ids follow every store's rule (:func:`~tether.stores.check_run_id`;
+    another raises :class:`~tether.UsageError`). An id safe as a folder name
+    (no leading ``.``, no ``/``, ``\\`` or control character) names its run's
+    folder; any other valid id is kept exactly in a folder named ``.r-`` and
+    its SHA-256, so no id leads outside the directory. Step keys are stored
+    inside files only.
     Symbolic links inside the store are refused (files are opened with
     ``O_NOFOLLOW``; a run folder that is a link is an error), so nothing
     outside the directory is ever read or written through one.
@@ -113,7 +121,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
 
         Raises:
             RunConflictError: a run (or anything else) with this id exists.
-            UsageError: the run id is not safe as a folder name.
+            UsageError: the run id is not valid (:func:`~tether.stores.check_run_id`).
             StoreError: the file system failed.
         """
         run_id = check_run_id(record.run_id)
@@ -124,7 +132,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
 
         Raises:
             RunNotFoundError: no run with this id.
-            UsageError: the run id is not safe as a folder name.
+            UsageError: the run id is not valid (:func:`~tether.stores.check_run_id`).
             CheckpointCorruptError: the run's folder is a link or not a folder.
             StoreError: the file system failed.
         """
@@ -232,7 +240,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
 
         Raises:
             RunConflictError: an owner holds a live lease on the run.
-            UsageError: the run id is not safe as a folder name.
+            UsageError: the run id is not valid (:func:`~tether.stores.check_run_id`).
             CheckpointCorruptError: the run's record cannot be read.
             StoreError: the file system failed.
         """
@@ -245,7 +253,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
 
         Raises:
             CheckpointCorruptError: ``run.json`` cannot be read or decoded.
-            UsageError: the run id is not safe as a folder name.
+            UsageError: the run id is not valid (:func:`~tether.stores.check_run_id`).
         """
         check_run_id(run_id)
         result: RunRecord | None = await self._call(
@@ -327,7 +335,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
 
         Raises:
             RunNotFoundError: no run with this id.
-            UsageError: the run id is not safe, or an entry names another run.
+            UsageError: the run id is not valid, or an entry names another run.
             CheckpointCorruptError: the journal read to find duplicates is corrupt.
             StoreError: the file system failed.
         """
@@ -347,7 +355,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
             CheckpointCorruptError: any journal file cannot be read or decoded,
                 disagrees with its name, or a ``seq`` is missing or stored
                 twice (none is skipped).
-            UsageError: the run id is not safe as a folder name.
+            UsageError: the run id is not valid (:func:`~tether.stores.check_run_id`).
         """
         check_run_id(run_id)
         result: list[Entry] = await self._call(
@@ -371,7 +379,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         Raises:
             RunNotFoundError: no such run.
             RunConflictError: the run has finished.
-            UsageError: invalid arguments, or a run id that is not safe.
+            UsageError: invalid arguments, or a run id that is not valid.
             CheckpointCorruptError: the run's record or mailbox cannot be read.
             StoreError: the file system failed.
         """
@@ -382,13 +390,34 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         )
         return message
 
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """Queue the run and journal the responses, under the run's lock.
+
+        See :meth:`RespondingStore.respond <tether.stores.RespondingStore.respond>`.
+        Two writes under one lock, the record first: a crash between them
+        leaves the run queued without the responses (it asks again), never
+        responses journaled for a run that is still paused. A checkpoint;
+        cancelled, see the class doc.
+
+        Raises:
+            RunNotFoundError, RunConflictError, UnknownRequestError, UsageError: see there.
+            CheckpointCorruptError: the run's record or journal cannot be read.
+            StoreError: the file system failed.
+        """
+        check_run_id(run_id)
+        now = check_respond(run_id, entries, now)
+        record: RunRecord = await self._call(
+            f"responding to run {run_id!r}", self._respond_sync, run_id, list(entries), now
+        )
+        return record
+
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
         """The run's messages with ``seq > after``, in order (empty for an unknown run).
 
         A checkpoint.
 
         Raises:
-            UsageError: *after* is not a non-negative integer, or the run id is not safe.
+            UsageError: *after* is not a non-negative integer, or the run id is not valid.
             CheckpointCorruptError: a message file cannot be read or decoded,
                 disagrees with its name, or a seq is missing (none is skipped).
         """

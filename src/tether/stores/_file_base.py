@@ -37,12 +37,14 @@ from ._file_disk import (
     check_folder,
     corrupt,
     fsync_dir,
+    run_folder,
     time_of,
     write_temp,
 )
 from ._file_threads import THREADS, Session, Threads
 from ._record_json import RecordDecodeError, dumps_record
 from ._records import RunRecord, RunStatus, load_run_record
+from ._url import path_url, refuse_url
 
 __all__ = ("FileBase",)
 
@@ -55,6 +57,7 @@ class FileBase:
     """A FileStore's state and the reads and writes its concerns share (see the module doc)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
+        refuse_url("FileStore", directory)
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise UsageError(f"FileStore takes a directory path, not {directory!r}")
         self.directory = Path(directory).absolute()
@@ -72,6 +75,12 @@ class FileBase:
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
 
+    @property
+    def url(self) -> str:
+        """The store's URL, ``file:DIR`` (absolute): :func:`tether.stores.from_url` of it
+        is a store of this directory."""
+        return path_url("file", str(self.directory))
+
     def _run_lock(self, run_id: str) -> threading.Lock:
         return self._run_locks[hash(run_id) % _LOCKS]
 
@@ -83,7 +92,7 @@ class FileBase:
 
     def _run_dir(self, run_id: str) -> Path | None:
         """The run's folder, or ``None`` if nothing by that name exists."""
-        path = self._root / run_id
+        path = self._root / run_folder(run_id)
         if not os.path.lexists(path):
             return None
         check_folder(run_id, path)
@@ -168,7 +177,7 @@ class FileBase:
             try:
                 return read()
             except CheckpointCorruptError:
-                if not os.path.lexists(self._root / run_id):
+                if not os.path.lexists(self._root / run_folder(run_id)):
                     return gone
                 if attempt == 2:
                     raise

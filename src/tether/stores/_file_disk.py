@@ -5,7 +5,8 @@ Layer: stores (``tether.stores``).
 Layout::
 
     <directory>/
-        <run_id>/
+        <run_id>/                     a run whose id is safe as a folder name (see run_folder)
+        .r-<sha256 of the id>/        a run whose id is not: the same inside
             run.json                  RunRecord.to_json()
             .lock                     flock()ed by every write about the run
             entries/                  one file per append, named by its first seq:
@@ -19,8 +20,14 @@ Layout::
         .workers/<owner>.json         what a worker serves, until when (one file per worker)
         .tmp-<random>/                a run being created (ignored by reads)
 
+A run's folder is named by its id when the id is safe as a folder name (as
+every id a FileStore accepted before run ids had one rule for every store),
+else by the id's digest (:func:`run_folder`); the id itself is in
+``run.json``, which a read checks against the id it was asked for.
+
 Every file is written atomically: to a unique temporary name in the same
-folder (names starting with ``.`` are never read), fsynced, then published
+folder (names starting with ``.``, but a digest-named run's folder, are
+never read), fsynced, then published
 (``os.link`` for an append's entries, ``os.replace`` for ``run.json``,
 ``os.rename`` of a whole prepared folder for a new run), and the folder is
 fsynced. An append's seqs are claimed by publishing its file, named by its
@@ -31,7 +38,7 @@ append starts at the seq after the highest stored, so a writer whose idea of
 it is stale always collides with the file of the append it missed.)
 
 These are plain functions of paths, with no store state: the names of the
-layout, the run id check that keeps a run inside the directory, the atomic
+layout, a run's folder name (always inside the directory), the atomic
 write of one file, the JSON of an append's file, and the strict checks a
 read makes of a folder. The store's operations (:mod:`._file`) are built on
 them.
@@ -39,6 +46,7 @@ them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -48,12 +56,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from .._errors import CheckpointCorruptError, UsageError
+from .._errors import CheckpointCorruptError
 from ._record_json import RecordDecodeError, dumps_record
 from ._records import Entry
-
-#: Longest run id accepted, in UTF-8 bytes (file systems allow 255 per name).
-MAX_RUN_ID_BYTES: Final = 200
 
 RUN_FILE = "run.json"
 ENTRIES = "entries"
@@ -63,6 +68,9 @@ LOCK = ".lock"
 OWNERS = ".owners"
 TRASH = ".trash"  # deleted runs' folders, renamed here whole, then removed
 WORKERS = ".workers"
+#: The start of the folder name of a run whose id is not safe as a folder name.
+DIGESTED = ".r-"
+_DIGESTED_NAME = re.compile(r"\.r-[0-9a-f]{64}")
 #: How long a write waits for another process's lock on a run, in seconds.
 LOCK_TIMEOUT: Final = 10.0
 LOCK_POLL: Final = 0.002
@@ -72,31 +80,28 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-def check_run_id(run_id: object) -> str:
-    """*run_id* if it is safe as one folder name inside the store, else raise.
+def run_folder(run_id: str) -> str:
+    """The name of the folder of run *run_id* (a valid run id) in the store's directory.
 
-    Raises:
-        UsageError: not a string; empty; starts with ``.``; contains ``/``,
-            ``\\``, NUL or another control character; longer than
-            :data:`MAX_RUN_ID_BYTES` in UTF-8.
+    The id itself when it is safe as one folder name: not starting with
+    ``.``, without ``/``, ``\\`` or a control character (the ids a FileStore
+    took before every store had one rule, in the same folders as then).
+    Otherwise ``.r-`` and the SHA-256 of its UTF-8 in hex: a name no id
+    gives as itself, which the reads of the directory know.
     """
-    if not isinstance(run_id, str):
-        raise UsageError(f"a FileStore run id must be a string, not {run_id!r}")
-    problem = None
-    if not run_id:
-        problem = "it is empty"
-    elif run_id.startswith("."):
-        problem = "it starts with '.'"
-    elif any(c in run_id for c in "/\\") or any(ord(c) < 32 or ord(c) == 127 for c in run_id):
-        problem = "it contains '/', '\\' or a control character"
-    elif len(run_id.encode("utf-8", "surrogatepass")) > MAX_RUN_ID_BYTES:
-        problem = f"it is longer than {MAX_RUN_ID_BYTES} bytes"
-    if problem is not None:
-        raise UsageError(
-            f"run id {run_id[:80]!r} cannot be stored in a FileStore: {problem} "
-            "(run ids become folder names and must stay inside the store's directory)"
-        )
+    if (
+        run_id.startswith(".")
+        or "/" in run_id
+        or "\\" in run_id
+        or (not run_id.isprintable() and any(ord(c) < 32 or ord(c) == 127 for c in run_id))
+    ):
+        return DIGESTED + hashlib.sha256(run_id.encode("utf-8")).hexdigest()
     return run_id
+
+
+def is_digest_folder(name: str) -> bool:
+    """Whether *name*, in the store's directory, is the folder of a run named by digest."""
+    return _DIGESTED_NAME.fullmatch(name) is not None
 
 
 def time_of(unix: float) -> datetime:

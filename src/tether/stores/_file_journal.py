@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from .._errors import StoreError, UsageError
@@ -40,7 +41,6 @@ from ._file_disk import (
     ENTRY_NAME,
     batch_bytes,
     check_folder,
-    check_run_id,
     corrupt,
     decode_batch,
     fsync_dir,
@@ -52,7 +52,9 @@ from ._file_lock import FileLocking
 from ._file_threads import Session
 from ._leases import check_append
 from ._record_json import RecordDecodeError, loads_record
-from ._records import Entry
+from ._records import Entry, RunRecord
+from ._respond import decide_respond
+from ._run_ids import check_run_id
 
 __all__ = ("FileJournal",)
 
@@ -64,37 +66,57 @@ class FileJournal(FileLocking):
         with self._locked(run_id, "cannot append to") as folder, self._run_lock(run_id):
             run = self._read_run(run_id, folder, lease=False)
             check_append(run_id, entries, token=run.token, owner=run.owner)
-            session = self._here()
-            ids = session.ids.get(run_id)
-            if ids is None:
-                journal = self._load_sync(run_id)
-                ids = {e.idempotency_key: e for e in journal}
-                session.ids[run_id] = ids
-                session.next[run_id] = len(journal) + 1
-            folder = folder / ENTRIES
-            check_folder(run_id, folder)  # never write through a link
-            # Each entry is a stored one (a duplicate) or the index of a new one
-            # (an entry repeated within the call is stored once).
-            placed: list[Entry | int] = []
-            new: dict[str, int] = {}  # idempotency key -> index among the new entries
-            fresh: list[Entry] = []
-            for entry in entries:
-                ikey = entry.idempotency_key
-                existing = ids.get(ikey)
-                if existing is not None:
-                    placed.append(existing)
-                    continue
-                index = new.get(ikey)
-                if index is None:
-                    index = new[ikey] = len(fresh)
-                    fresh.append(entry)
-                placed.append(index)
-            if not fresh:
-                return [p for p in placed if isinstance(p, Entry)]
-            published = self._publish(session, run_id, folder, fresh)
-            for ikey, index in new.items():
-                ids[ikey] = published[index]
-            return [published[p] if isinstance(p, int) else p for p in placed]
+            return self._append_decided(run_id, folder, entries)
+
+    def _respond_sync(self, run_id: str, entries: list[Entry], now: datetime) -> RunRecord:
+        with self._locked(run_id, "cannot respond to") as folder:
+            record = decide_respond(
+                self._read_run(run_id, folder),
+                run_id=run_id,
+                keys=[e.key for e in entries],
+                now=now,
+            )
+            # The record first: a crash between the two writes leaves the run
+            # queued without the responses (its worker asks again), never
+            # responses journaled for a run still paused.
+            self._replace_run(folder, record)
+            with self._run_lock(run_id):
+                self._append_decided(run_id, folder, entries)
+        return record
+
+    def _append_decided(self, run_id: str, folder: Path, entries: list[Entry]) -> list[Entry]:
+        """Store *entries* (fenced, or a respond), under the run's locks."""
+        session = self._here()
+        ids = session.ids.get(run_id)
+        if ids is None:
+            journal = self._load_sync(run_id)
+            ids = {e.idempotency_key: e for e in journal}
+            session.ids[run_id] = ids
+            session.next[run_id] = len(journal) + 1
+        folder = folder / ENTRIES
+        check_folder(run_id, folder)  # never write through a link
+        # Each entry is a stored one (a duplicate) or the index of a new one
+        # (an entry repeated within the call is stored once).
+        placed: list[Entry | int] = []
+        new: dict[str, int] = {}  # idempotency key -> index among the new entries
+        fresh: list[Entry] = []
+        for entry in entries:
+            ikey = entry.idempotency_key
+            existing = ids.get(ikey)
+            if existing is not None:
+                placed.append(existing)
+                continue
+            index = new.get(ikey)
+            if index is None:
+                index = new[ikey] = len(fresh)
+                fresh.append(entry)
+            placed.append(index)
+        if not fresh:
+            return [p for p in placed if isinstance(p, Entry)]
+        published = self._publish(session, run_id, folder, fresh)
+        for ikey, index in new.items():
+            ids[ikey] = published[index]
+        return [published[p] if isinstance(p, int) else p for p in placed]
 
     def _publish(
         self, session: Session, run_id: str, folder: Path, entries: list[Entry]

@@ -19,23 +19,25 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .._errors import RunConflictError, StoreError, UsageError
+from .._errors import CheckpointCorruptError, RunConflictError, StoreError, UsageError
 from ._file_disk import (
     ENTRIES,
     RUN_FILE,
     TEMP,
     TRASH,
     check_folder,
-    check_run_id,
     corrupt,
     fsync_dir,
+    is_digest_folder,
+    run_folder,
     write_temp,
     write_torn,
 )
 from ._file_lock import FileLocking
 from ._leases import check_delete, fenced_update
-from ._record_json import dumps_record
+from ._record_json import RecordDecodeError, dumps_record, loads_record
 from ._records import RunRecord
+from ._run_ids import check_run_id
 
 __all__ = ("FileRuns",)
 
@@ -54,7 +56,7 @@ class FileRuns(FileLocking):
         """Publish the run's folder whole, or raise RunConflictError if it exists."""
         run_id = record.run_id
         data = dumps_record(record.to_json()).encode("utf-8")
-        final = self._root / run_id
+        final = self._root / run_folder(run_id)
         if os.path.lexists(final):
             raise RunConflictError(f"run {run_id!r} already exists in {self!r}")
         temp = self._root / f"{TEMP}{uuid.uuid4().hex}"
@@ -115,17 +117,52 @@ class FileRuns(FileLocking):
     def _list_sync(self) -> list[RunRecord]:
         records = []
         with os.scandir(self._root) as it:
-            names = sorted(d.name for d in it if not d.name.startswith("."))
+            names = sorted(
+                d.name for d in it if not d.name.startswith(".") or is_digest_folder(d.name)
+            )
         for name in names:
-            try:
-                check_run_id(name)
-            except UsageError:
-                raise corrupt(name, self._root / name, "not a run folder name") from None
-            record = self._get_current(name)
+            run_id = self._run_id_of(name)
+            record = None if run_id is None else self._get_current(run_id)
             if record is not None:  # None: deleted while listing
                 records.append(record)
         records.sort(key=lambda r: (r.created_at, r.run_id))
         return records
+
+    def _run_id_of(self, name: str) -> str | None:
+        """The id of the run whose folder is *name* (``None``: deleted meanwhile).
+
+        A folder named by a digest says its run's id in its ``run.json``.
+
+        Raises:
+            CheckpointCorruptError: *name* is no run's folder name, or its
+                ``run.json`` cannot be read or names a run of another folder.
+        """
+        if not is_digest_folder(name):
+            try:
+                check_run_id(name)
+            except UsageError:
+                raise corrupt(name, self._root / name, "not a run folder name") from None
+            if run_folder(name) != name:
+                raise corrupt(name, self._root / name, "not a run folder name")
+            return name
+        folder = self._root / name
+        path = folder / RUN_FILE
+        try:
+            check_folder(name, folder)  # never read through a link
+            record: RunRecord = loads_record(self._read_file(name, path), RunRecord.from_json)
+        except CheckpointCorruptError:
+            if not os.path.lexists(folder):
+                return None  # deleted while listing
+            raise
+        except RecordDecodeError as exc:
+            raise corrupt(name, path, str(exc)) from None
+        try:
+            run_id = check_run_id(record.run_id)
+        except UsageError as exc:
+            raise corrupt(name, path, str(exc)) from None
+        if run_folder(run_id) != name:
+            raise corrupt(name, path, f"the record names run {run_id!r}, whose folder is another")
+        return run_id
 
     # -- crash simulation (tether.testing.FaultyStore's Crash(torn=True)) ---------------
 

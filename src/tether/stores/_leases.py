@@ -38,6 +38,7 @@ from .._errors import (
 )
 from ._owners import Renewal
 from ._records import Entry, RunRecord, RunStatus, utcnow
+from ._run_ids import check_run_id
 
 __all__ = (
     "ClaimDecision",
@@ -131,7 +132,8 @@ def decide_claim(
 ) -> ClaimDecision:
     """Decide a claim of *run_id* by *owner*, given the record read in the same atomic step.
 
-    - no run: created with token 1 if *create* is given (else RunNotFoundError);
+    - no run: created with token 1 if *create* is given (else RunNotFoundError),
+      when its id is valid (else :func:`check_run_id`'s UsageError);
     - *create* names another workflow, version or other arguments: RunConflictError;
     - cancelled, or a cancel recorded: RunCancelledError (a recorded cancel
       without a live owner is stored as ``cancelled`` first);
@@ -145,6 +147,10 @@ def decide_claim(
     if current is None:
         if create is None:
             return ClaimDecision(None, error=RunNotFoundError(f"no run {run_id!r} to claim"))
+        try:
+            check_run_id(create.run_id)
+        except UsageError as exc:
+            return ClaimDecision(None, error=exc)
         record = attrs.evolve(
             create,
             owner=owner,

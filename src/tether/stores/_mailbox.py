@@ -41,6 +41,7 @@ from ._record_json import (
     time_field,
 )
 from ._records import RunRecord, RunStatus
+from ._run_ids import check_run_id
 
 __all__ = (
     "FINISHED",
@@ -179,12 +180,11 @@ def check_send(run_id: object, name: object, value: object, now: object) -> date
     """``send_message``'s arguments, validated; returns *now* in UTC (the ``sent_at``).
 
     Raises:
-        UsageError: a run id that is not a non-empty string, an invalid name,
+        UsageError: an invalid run id (:func:`check_run_id`), an invalid name,
             a value that is not JSON text, or a *now* that is not a
             timezone-aware datetime.
     """
-    if not isinstance(run_id, str) or not run_id:
-        raise UsageError(f"send_message takes a run id, not {run_id!r:.100}")
+    check_run_id(run_id)
     check_message_name(name)
     if not isinstance(value, str):
         raise UsageError(f"a message's value is JSON text, not {type(value).__name__}")

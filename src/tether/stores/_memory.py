@@ -34,6 +34,8 @@ from ._queue import (
     dispatchable,
 )
 from ._records import Entry, RunRecord, RunStatus
+from ._respond import check_respond, decide_respond
+from ._run_ids import check_run_id
 
 __all__ = ("MemoryStore",)
 
@@ -72,6 +74,11 @@ class MemoryStore:
     def __repr__(self) -> str:
         return f"MemoryStore(<{len(self._runs)} runs>)"
 
+    @property
+    def url(self) -> str:
+        """``memory:``: :func:`tether.stores.from_url` of it is a new, empty store."""
+        return "memory:"
+
     async def open(self) -> None:
         await trio.lowlevel.checkpoint()
 
@@ -79,6 +86,7 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
 
     async def create_run(self, record: RunRecord) -> None:
+        check_run_id(record.run_id)
         await trio.lowlevel.checkpoint()
         if record.run_id in self._runs:
             raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
@@ -87,6 +95,7 @@ class MemoryStore:
         self._by_key[record.run_id] = {}
 
     async def update_run(self, record: RunRecord) -> RunRecord:
+        check_run_id(record.run_id)
         await trio.lowlevel.checkpoint()
         if record.run_id not in self._runs:
             raise RunNotFoundError(f"run {record.run_id!r} is not stored in {self!r}")
@@ -95,6 +104,7 @@ class MemoryStore:
         return stored
 
     async def get_run(self, run_id: str) -> RunRecord | None:
+        check_run_id(run_id)
         await trio.lowlevel.checkpoint()
         record = self._runs.get(run_id)
         return None if record is None else self._read(record)
@@ -191,6 +201,7 @@ class MemoryStore:
         create: RunRecord | None = None,
         takeover: int | None = None,
     ) -> RunRecord:
+        check_run_id(run_id)
         check_owner(owner)
         ttl = check_ttl(ttl)
         await trio.lowlevel.checkpoint()
@@ -228,6 +239,7 @@ class MemoryStore:
         return renewal(mine, held)
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
+        check_run_id(run_id)
         await trio.lowlevel.checkpoint()
         current = self._runs.get(run_id)
         record = decide_cancel(
@@ -243,6 +255,7 @@ class MemoryStore:
         Raises:
             RunConflictError: an owner holds a live lease on the run.
         """
+        check_run_id(run_id)
         await trio.lowlevel.checkpoint()
         current = self._runs.get(run_id)
         if not check_delete(None if current is None else self._read(current), run_id=run_id):
@@ -281,6 +294,29 @@ class MemoryStore:
             self._set(record)
         return message
 
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """Journal responses and queue the run at once (see :meth:`RespondingStore.respond
+        <tether.stores.RespondingStore.respond>`).
+
+        A checkpoint before anything changes (cancelled, nothing is stored);
+        the watchers are told.
+
+        Raises:
+            RunNotFoundError, RunConflictError, UnknownRequestError, UsageError: see there.
+        """
+        now = check_respond(run_id, entries, now)
+        await trio.lowlevel.checkpoint()
+        current = self._runs.get(run_id)
+        record = decide_respond(
+            None if current is None else self._read(current),
+            run_id=run_id,
+            keys=[e.key for e in entries],
+            now=now,
+        )
+        self._store_entries(run_id, self._journals[run_id], entries)
+        self._set(record)
+        return record
+
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
         """The run's messages with ``seq > after``, in order (empty for an unknown run).
 
@@ -289,6 +325,7 @@ class MemoryStore:
         Raises:
             UsageError: *after* is not a non-negative integer.
         """
+        check_run_id(run_id)
         after = check_after(after)
         await trio.lowlevel.checkpoint()
         return self._messages.get(run_id, [])[after:]
@@ -317,9 +354,16 @@ class MemoryStore:
         """
         journal = self._journals.get(run_id)
         if journal is None:
+            check_run_id(run_id)  # (a stored run's id is valid: checked only on a miss)
             raise RunNotFoundError(f"cannot append to run {run_id!r}: it is not stored in {self!r}")
         run = self._runs[run_id]
         check_append(run_id, entries, token=run.token, owner=run.owner)
+        return self._store_entries(run_id, journal, entries)
+
+    def _store_entries(
+        self, run_id: str, journal: list[Entry], entries: Sequence[Entry]
+    ) -> list[Entry]:
+        """Store *entries* (decided: fenced, or a respond) in *run_id*'s *journal*."""
         by_key = self._by_key[run_id]
         stored: list[Entry] = []
         for entry in entries:
@@ -340,6 +384,7 @@ class MemoryStore:
         return stored
 
     async def load_entries(self, run_id: str) -> Sequence[Entry]:
+        check_run_id(run_id)
         await trio.lowlevel.checkpoint()
         return list(self._journals.get(run_id, ()))
 

@@ -49,7 +49,10 @@ from ._postgres_writer import Job, Writer
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
 from ._record_json import dumps_record
 from ._records import Entry, RunRecord, RunStatus
+from ._respond import check_respond
 from ._rows import Appending, encode_append
+from ._run_ids import check_run_id
+from ._url import refuse_url
 
 __all__ = ("PostgresStore",)
 
@@ -69,7 +72,9 @@ class PostgresStore:
             (``postgresql://user:password@host:5432/db``) or ``key=value``
             pairs. Its password (like ``$PGPASSWORD`` or a passfile's) is
             used to connect and never shown: :func:`repr`, errors and log
-            lines name the host, port, database and user only.
+            lines name the host, port, database and user only. Another
+            store's URL (``sqlite:``, ``file:``, ``memory:``) raises
+            :class:`~tether.UsageError` naming :func:`tether.stores.from_url`.
         schema: the PostgreSQL schema that holds tether's tables (created on
             :meth:`open` if needed): a lowercase identifier of at most 48
             characters.
@@ -128,6 +133,7 @@ class PostgresStore:
         connect_timeout: float = 10.0,
         retry_timeout: float = 60.0,
     ) -> None:
+        refuse_url("PostgresStore", conninfo, paths=False)
         psycopg, _ = psycopg_module()
         if not isinstance(conninfo, str):
             raise UsageError(
@@ -251,6 +257,7 @@ class PostgresStore:
             RunConflictError: a run with this id exists.
             StoreError: the database failed (after retries, for transient failures).
         """
+        check_run_id(record.run_id)
         data = dumps_record(record.to_json())
         await self._call(
             f"creating run {record.run_id!r}",
@@ -265,6 +272,7 @@ class PostgresStore:
             LeaseLostError: the record's token is not the run's current one.
             StoreError: the database failed.
         """
+        check_run_id(record.run_id)
         attempted: list[str] = []
         return await self._call(
             f"updating run {record.run_id!r}",
@@ -290,6 +298,7 @@ class PostgresStore:
             RunConflictError, RunCancelledError, RunNotFoundError: see the protocol.
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         check_owner(owner)
         ttl = check_ttl(ttl)
         return await self._call(
@@ -398,6 +407,7 @@ class PostgresStore:
             RunNotFoundError, RunConflictError: see the protocol.
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         return await self._call(
             f"cancelling run {run_id!r}",
             lambda conn, retrying: self._tables.cancel_run(conn, run_id, takeover),
@@ -415,6 +425,7 @@ class PostgresStore:
             RunConflictError: an owner holds a live lease on the run.
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         attempted: list[bool] = []
         return await self._call(
             f"deleting run {run_id!r}",
@@ -428,6 +439,7 @@ class PostgresStore:
             CheckpointCorruptError: the row does not decode.
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         return await self._call(
             f"reading run {run_id!r}",
             lambda conn, retrying: self._tables.read_run(conn, run_id),
@@ -468,6 +480,7 @@ class PostgresStore:
                 (none is skipped).
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         return await self._call(
             f"loading the journal of run {run_id!r}",
             lambda conn, retrying: self._tables.load_entries(conn, run_id),
@@ -487,6 +500,7 @@ class PostgresStore:
             CheckpointCorruptError: a stored duplicate does not decode.
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         for e in entries:
             if e.run_id != run_id:
                 raise UsageError(f"entry {e.key} of run {e.run_id!r} appended to run {run_id!r}")
@@ -526,6 +540,25 @@ class PostgresStore:
             lambda conn, retrying: self._tables.send_message(conn, retrying, message, attempted),
         )
 
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """Journal responses and queue the run, in one transaction; notifies watchers.
+
+        See :meth:`RespondingStore.respond <tether.stores.RespondingStore.respond>`.
+        Transient failures are retried here; a retry recognizes an earlier
+        attempt that committed. Cancelled, it returns at once (see the class
+        doc): the responses may have been stored.
+
+        Raises:
+            RunNotFoundError, RunConflictError, UnknownRequestError, UsageError: see there.
+            StoreError: the database failed.
+        """
+        now = check_respond(run_id, entries, now)
+        appending = encode_append(run_id, entries)
+        return await self._call(
+            f"responding to run {run_id!r}",
+            lambda conn, retrying: self._tables.respond(conn, retrying, appending, now),
+        )
+
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
         """The run's messages with ``seq > after``, in order (an index range).
 
@@ -537,6 +570,7 @@ class PostgresStore:
                 checksum, or a seq below the highest is missing.
             StoreError: the database failed.
         """
+        check_run_id(run_id)
         after = check_after(after)
         return await self._call(
             f"loading the messages of run {run_id!r}",

@@ -72,7 +72,7 @@ def psycopg_module() -> Any:
     except ImportError as exc:
         raise UsageError(
             "PostgresStore needs psycopg 3 and psycopg-pool, which are not installed "
-            f"({exc.name} is missing): pip install 'tether[postgres]'"
+            f"({exc.name} is missing): pip install -e '.[postgres]' in tether's clone"
         ) from None
     return psycopg, psycopg_pool
 

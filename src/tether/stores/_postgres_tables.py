@@ -13,7 +13,9 @@ where an earlier attempt may have committed. The statements are in
 
 It is separate from :class:`~tether.PostgresStore` so that the store reads as
 the async surface (validation, threads, cancellation, retries) and this as
-the SQL logic, which knows nothing of threads or of Trio.
+the SQL logic, which knows nothing of threads or of Trio. Whole because it
+is one class: its transactions share the row locking and decoding helpers,
+and splitting them would split that class by size alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from ._postgres_sql import ADVISORY_LOCK_CLASS, SCHEMA_VERSION, Statements
 from ._queue import RunFilter, decide_dispatch, dispatchable
 from ._record_json import RecordDecodeError, dumps_record, first_gap
 from ._records import Entry, RunRecord, load_entry, load_run_record
+from ._respond import decide_respond
+from ._rows import Appending, row_data
 
 __all__ = ("Tables",)
 
@@ -355,6 +359,40 @@ class Tables:
                 conn.execute(self.sql.put_run, _run_params(record))
             self.notify(conn)
             return stored
+
+    def respond(self, conn: Any, retrying: bool, appending: Appending, now: datetime) -> RunRecord:
+        """Journal responses and queue the run in one transaction; notifies watchers.
+
+        The run's row is locked, the respond decided with
+        :func:`._respond.decide_respond`, the entries inserted with the run's
+        next seqs and the record stored. A retry after an unclear outcome
+        that finds every response stored returns the run as it is: its earlier
+        attempt committed.
+        """
+        run_id = appending.run_id
+        with conn.transaction():
+            current, _ = self.lock_run(conn, run_id)
+            if (
+                retrying
+                and current is not None
+                and all(
+                    conn.execute(self.sql.twin, (run_id, k)).fetchone() for k in appending.ikeys
+                )
+            ):
+                return current
+            record = decide_respond(
+                current, run_id=run_id, keys=[e.key for e in appending.entries], now=now
+            )
+            ((_, last),) = conn.execute(self.sql.last_seqs, ([run_id],)).fetchall()
+            last = last or 0
+            for i, ikey in enumerate(appending.ikeys):
+                last += 1
+                conn.execute(
+                    self.sql.insert_entry, (run_id, last, ikey, row_data(appending, i, last))
+                )
+            conn.execute(self.sql.put_run, _run_params(record))
+            self.notify(conn)
+            return record
 
     def load_messages(self, conn: Any, run_id: str, after: int) -> list[Message]:
         """The run's messages after seq *after*, in order, with no seq missing below the highest."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Iterable
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 
@@ -33,10 +33,12 @@ from .._errors import ErrorInfo, RunNotFoundError, UsageError
 from ._leases import cancelled_record
 from ._owners import Served
 from ._records import RunRecord, RunStatus, utcnow
+from ._run_ids import check_run_id
 
 __all__ = (
     "DEAD_LETTER_ERROR",
     "Dispatch",
+    "Placed",
     "RunFilter",
     "check_max_dispatches",
     "check_now",
@@ -110,8 +112,9 @@ def check_run_filter(
     """``list_runs``'s arguments, validated (one status or several).
 
     Raises:
-        UsageError: an unknown status, a non-string workflow, version or
-            run id, or a limit that is not a non-negative integer.
+        UsageError: an unknown status, a non-string workflow or version, an
+            *after* that is not a valid run id (:func:`check_run_id`), or a
+            limit that is not a non-negative integer.
     """
     statuses: frozenset[RunStatus] | None = None
     if status is not None:
@@ -125,8 +128,8 @@ def check_run_filter(
         raise UsageError(f"workflow must be a workflow name, not {workflow!r}")
     if version is not None and (not isinstance(version, str) or not version):
         raise UsageError(f"version must be a workflow version, not {version!r}")
-    if after is not None and (not isinstance(after, str) or not after):
-        raise UsageError(f"after must be a run id, not {after!r}")
+    if after is not None:
+        check_run_id(after)
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= _MAX_LIMIT
     ):
@@ -166,7 +169,22 @@ def check_served(workflows: object) -> frozenset[Served]:
     return frozenset(pairs)
 
 
-def serves(workflows: Collection[Served | str], record: RunRecord) -> bool:
+class Placed(Protocol):
+    """What the queue's rules read of a run: a :class:`RunRecord`, or ``engine.get_run``'s info."""
+
+    @property
+    def workflow(self) -> str: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def status(self) -> RunStatus: ...
+    @property
+    def owner(self) -> str | None: ...
+    @property
+    def lease_expires_at(self) -> datetime | None: ...
+
+
+def serves(workflows: Collection[Served | str], record: Placed) -> bool:
     """Whether *record*'s workflow and version are among *workflows*.
 
     A run matches only its own ``(workflow, version)``; a plain name in
@@ -177,7 +195,7 @@ def serves(workflows: Collection[Served | str], record: RunRecord) -> bool:
     )
 
 
-def waiting(record: RunRecord, *, gone: Collection[str]) -> bool:
+def waiting(record: Placed, *, gone: Collection[str]) -> bool:
     """Whether *record* waits for a worker: ``queued``, ``waiting`` (parked on
     timers or messages, due or not), or ``running`` without a live lease.
 
@@ -224,7 +242,7 @@ def dispatchable(
     )
 
 
-def stranded(record: RunRecord, *, served: Collection[Served | str], gone: Collection[str]) -> bool:
+def stranded(record: Placed, *, served: Collection[Served | str], gone: Collection[str]) -> bool:
     """Whether *record* waits for a worker that no live worker is: a stranded run.
 
     *served* is every pair some live worker advertises (empty when no
@@ -252,8 +270,8 @@ def decide_dispatch(
 
     - a recorded cancel: the run is stored ``cancelled`` (not claimed);
     - dispatched *max_dispatches* times already (each time its worker
-      vanished before an outcome): stored ``dead_letter``, released, with an
-      error saying so (not claimed);
+      vanished before an outcome, or its execution could not store one):
+      stored ``dead_letter``, released, with an error saying so (not claimed);
     - otherwise claimed: the token and ``dispatches`` grow by one, the owner
       is *owner*, the status ``running``.
     """
@@ -265,9 +283,9 @@ def decide_dispatch(
             type=DEAD_LETTER_ERROR,
             message=(
                 f"run {current.run_id!r} was claimed by workers {current.dispatches} times "
-                "and never reached an outcome (its worker died each time); it was set "
-                "aside. Fix the cause, then resume it by hand (engine.resume or "
-                "`tether resume`)."
+                "and never reached an outcome (each time its worker died, or could not "
+                "store the outcome); it was set aside. Fix the cause, then resume it by "
+                "hand (engine.resume or `tether resume`)."
             ),
         )
         dead = attrs.evolve(

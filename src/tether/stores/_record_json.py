@@ -45,9 +45,10 @@ __all__ = (
 #: Version of the record format; stored with every run. Version 2 added the
 #: lease fields of run records and the fencing token and checksum of entries;
 #: version 3 the ``dispatches`` count of run records; version 4 their workflow
-#: ``version``; version 5 their ``wake_at``. Records and entries of older
-#: versions stay readable.
-FORMAT_VERSION = 5
+#: ``version``; version 5 their ``wake_at``; version 6 the ``traceback`` and
+#: ``members`` of stored errors (of run records and entries, written only
+#: when there are some). Records and entries of older versions stay readable.
+FORMAT_VERSION = 6
 
 
 # The fields of each format version, exactly: ``from_json`` refuses a missing or unknown one.
@@ -87,6 +88,7 @@ RUN_FIELDS_BY_VERSION: Final = {
     3: _RUN_FIELDS_V3,
     4: _RUN_FIELDS_V4,
     5: (*_RUN_FIELDS_V4, "wake_at"),
+    6: (*_RUN_FIELDS_V4, "wake_at"),  # the same fields; errors may hold more
 }
 
 

@@ -72,11 +72,12 @@ class RunStatus(enum.StrEnum):
     FAILED = "failed"  #: finished with an error; resumable
     CANCELLED = "cancelled"  #: cancelled by ``engine.cancel``; final, never executes again
     #: claimed by workers ``max_dispatches`` times without an outcome (each
-    #: time its worker died): set aside so it cannot crash-loop the fleet;
-    #: ``engine.resume`` executes it again
+    #: time its worker died, or could not store the outcome): set aside so it
+    #: cannot crash-loop the fleet; ``engine.resume`` executes it again
     DEAD_LETTER = "dead_letter"
     #: parked by a worker while its tasks wait on durable timers (``tether.sleep``,
-    #: a retry's backoff) or messages (``tether.receive``): no lease, no worker
+    #: a retry's backoff) or messages (``tether.receive``), or backing off after
+    #: an execution that could not store its outcome: no lease, no worker
     #: slot; any worker claims it once ``wake_at`` has come (without one, once a
     #: message is sent to it); ``engine.run``/``resume`` continue it at once
     WAITING = "waiting"
@@ -139,17 +140,31 @@ class EntryStatus(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
-def load_error_info(data: object) -> ErrorInfo:
-    """Decode what :meth:`ErrorInfo.to_json` made, strictly.
+def load_error_info(data: object, *, member: bool = False) -> ErrorInfo:
+    """Decode what :meth:`ErrorInfo.to_json` made, strictly (*member*: one of its ``members``).
+
+    An error stored before format version 6 has no ``traceback`` and no
+    ``members``: it reads with ``None`` and ``()``. When present, they are a
+    string and a non-empty list of errors that have neither.
 
     Raises:
         RecordDecodeError: anything else (see :func:`loads_record`).
     """
-    d = exact_fields(data, ("type", "message", "key"), "error")
+    what = "error member" if member else "error"
+    present = data if isinstance(data, dict) and not member else {}
+    extras = tuple(f for f in ("traceback", "members") if f in present)
+    d = exact_fields(data, ("type", "message", "key", *extras), what)
+    listed = d.get("members")
+    if "members" in d and (not isinstance(listed, list) or not listed):
+        raise RecordDecodeError(
+            f"error field 'members' must be a non-empty list, not {listed!r:.100}"
+        )
     return ErrorInfo(
-        type=str_field(d, "type", "error"),
-        message=str_field(d, "message", "error"),
-        key=opt_str(d, "key", "error"),
+        type=str_field(d, "type", what),
+        message=str_field(d, "message", what),
+        key=opt_str(d, "key", what),
+        traceback=str_field(d, "traceback", what) if "traceback" in d else None,
+        members=tuple(load_error_info(m, member=True) for m in listed or ()),
     )
 
 

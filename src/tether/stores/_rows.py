@@ -108,6 +108,8 @@ def encode_entry(entry: Entry) -> tuple[str, str]:
                 and type(error.type) is str
                 and type(error.message) is str
                 and (error.key is None or type(error.key) is str)
+                and error.traceback is None  # (the failures with one take the other path)
+                and not error.members
             )
         )
     ):

@@ -37,11 +37,14 @@ from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd, dumps_served
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
 from ._records import Entry, RunRecord, RunStatus
+from ._respond import check_respond
+from ._run_ids import check_run_id
 from ._sqlite_conn import Connections
 from ._sqlite_rows import encode_append, time_of
 from ._sqlite_sql import SCHEMA_VERSION
 from ._sqlite_tables import Tables
 from ._sqlite_writer import Writer
+from ._url import path_url, refuse_url
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
 
@@ -54,6 +57,12 @@ class SQLiteStore:
 
     Args:
         path: the database file; created (with its schema) on :meth:`open`.
+            A string that is a store URL (its text before the first ``:`` is
+            ``sqlite``, ``file``, ``memory``, ``postgresql`` or ``postgres``, in
+            any case, as ``"sqlite:runs.db"``) raises :class:`~tether.UsageError`
+            naming :func:`tether.stores.from_url`, which takes URLs; any other
+            string (``"C:\\runs.db"``, ``"runs:2024.db"``) and every
+            :class:`pathlib.Path` is a path.
         synchronous: SQLite's ``PRAGMA synchronous``: ``"full"`` (default:
             every commit is fsynced, durable across power loss), ``"normal"``
             (in WAL mode, a power loss may lose the last commits, never
@@ -93,6 +102,7 @@ class SQLiteStore:
         group_commit: bool = True,
         busy_timeout: float = 10.0,
     ) -> None:
+        refuse_url("SQLiteStore", path)
         if not isinstance(path, str | os.PathLike) or not os.fspath(path):
             raise UsageError(f"SQLiteStore takes a file path, not {path!r}")
         if os.fspath(path) == ":memory:":
@@ -117,6 +127,12 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
+
+    @property
+    def url(self) -> str:
+        """The store's URL, ``sqlite:PATH``: :func:`tether.stores.from_url` of it is a
+        store of this file."""
+        return path_url("sqlite", str(self.path))
 
     # Test hooks: the writer waits for the gate before taking a batch; the
     # sizes of its committed batches (in jobs) are recorded.
@@ -176,8 +192,10 @@ class SQLiteStore:
 
         Raises:
             RunConflictError: a run with this id exists.
+            UsageError: the run id is not valid (:func:`check_run_id`).
             StoreError: SQLite failed.
         """
+        check_run_id(record.run_id)
         await self._writer.queued(
             lambda conn: self._tables.create_run(conn, record), f"creating run {record.run_id!r}"
         )
@@ -189,6 +207,7 @@ class SQLiteStore:
             RunNotFoundError: no run with this id.
             StoreError: SQLite failed.
         """
+        check_run_id(record.run_id)
         stored: RunRecord = await self._writer.queued(
             lambda conn: self._tables.update_run(conn, record), f"updating run {record.run_id!r}"
         )
@@ -209,6 +228,7 @@ class SQLiteStore:
             RunConflictError, RunCancelledError, RunNotFoundError: see the protocol.
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         check_owner(owner)
         ttl = check_ttl(ttl)
         # The decision comes back rather than raising, so that what it
@@ -242,6 +262,7 @@ class SQLiteStore:
             RunNotFoundError, RunConflictError: see the protocol.
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         result: RunRecord = await self._writer.queued(
             lambda conn: self._tables.cancel_run(conn, run_id, takeover),
             f"cancelling run {run_id!r}",
@@ -258,6 +279,7 @@ class SQLiteStore:
             RunConflictError: an owner holds a live lease on the run.
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         deleted: bool = await self._writer.queued(
             lambda conn: self._tables.delete_run(conn, run_id), f"deleting run {run_id!r}"
         )
@@ -270,6 +292,7 @@ class SQLiteStore:
             CheckpointCorruptError: the row does not decode.
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         result: RunRecord | None = await self._conns.read(
             lambda conn: self._tables.select_run(conn, run_id), f"reading run {run_id!r}"
         )
@@ -382,6 +405,7 @@ class SQLiteStore:
             CheckpointCorruptError: a stored duplicate does not decode.
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         for e in entries:
             if e.run_id != run_id:
                 raise UsageError(f"entry {e.key} of run {e.run_id!r} appended to run {run_id!r}")
@@ -406,6 +430,7 @@ class SQLiteStore:
                 (none is skipped).
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         result: list[Entry] = await self._conns.read(
             lambda conn: self._tables.load_entries(conn, run_id),
             f"loading the journal of run {run_id!r}",
@@ -436,6 +461,25 @@ class SQLiteStore:
         )
         return message
 
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """Journal responses and queue the run, in one transaction of the writer.
+
+        See :meth:`RespondingStore.respond <tether.stores.RespondingStore.respond>`.
+        A queued write: cancelled before the writer took it, nothing is
+        stored; after, it may have been (see the class doc).
+
+        Raises:
+            RunNotFoundError, RunConflictError, UnknownRequestError, UsageError: see there.
+            StoreError: SQLite failed.
+        """
+        now = check_respond(run_id, entries, now)
+        appending = encode_append(run_id, entries)
+        record: RunRecord = await self._writer.queued(
+            lambda conn: self._tables.respond(conn, appending, now),
+            f"responding to run {run_id!r}",
+        )
+        return record
+
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
         """The run's messages with ``seq > after``, in order (an index range).
 
@@ -447,6 +491,7 @@ class SQLiteStore:
                 checksum, or a seq below the highest is missing.
             StoreError: SQLite failed.
         """
+        check_run_id(run_id)
         after = check_after(after)
         result: list[Message] = await self._conns.read(
             lambda conn: self._tables.load_messages(conn, run_id, after),

@@ -43,6 +43,7 @@ from ._owners import Renewal, Served, WorkerAd, loads_served
 from ._queue import RunFilter, decide_dispatch, dispatchable
 from ._record_json import RecordDecodeError, dumps_record, first_gap
 from ._records import Entry, RunRecord
+from ._respond import decide_respond
 from ._sqlite_rows import (
     Appending,
     corrupt,
@@ -358,6 +359,28 @@ class Tables:
             raise self.no_run(run_id)
         owner, token, last = fence
         check_append(run_id, appending.entries, token=token, owner=owner)
+        return self.insert_entries(conn, appending, last)
+
+    def respond(self, conn: sqlite3.Connection, appending: Appending, now: datetime) -> RunRecord:
+        """``respond``: decide on the run read here, journal the responses, store the record."""
+        run_id = appending.run_id
+        record = decide_respond(
+            self.select_run(conn, run_id, time.time()),
+            run_id=run_id,
+            keys=[e.key for e in appending.entries],
+            now=now,
+        )
+        fence = self.last_seq(conn, run_id)
+        assert fence is not None  # the run was just read, in this transaction
+        self.insert_entries(conn, appending, fence[2])
+        self.put_run(conn, record)
+        return record
+
+    def insert_entries(
+        self, conn: sqlite3.Connection, appending: Appending, last: int
+    ) -> list[int | Entry]:
+        """Insert the decided entries after seq *last*, each looked up first (an index search)."""
+        run_id = appending.run_id
         stored: list[int | Entry] = []
         for i, ikey in enumerate(appending.ikeys):
             row = conn.execute(

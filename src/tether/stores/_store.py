@@ -62,6 +62,12 @@ class Store(Protocol):
     and location; nothing is skipped to return something older.
 
     The engine calls :meth:`open` once before use and :meth:`close` once after.
+
+    Run ids follow one rule in every store (:func:`~tether.stores.check_run_id`:
+    a ``str`` of 1 to 200 UTF-8 bytes, valid Unicode, without NUL): each
+    method that takes one refuses any other with that function's
+    :class:`~tether.UsageError` before it touches storage, and keeps every
+    valid one exactly, control characters and all.
     """
 
     async def open(self) -> None:
@@ -75,6 +81,7 @@ class Store(Protocol):
 
         Raises:
             RunConflictError: a run with this id exists.
+            UsageError: the run id is not valid (:func:`~tether.stores.check_run_id`).
         """
 
     async def update_run(self, record: RunRecord) -> RunRecord | None:

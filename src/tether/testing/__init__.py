@@ -17,6 +17,7 @@ Layer: testing (``tether.testing``), its public face.
 """
 
 from .._core._clock import TrioWallClock as TrioWallClock
+from .._errors import set_public_module as _set_public_module
 from ._clock import ClockHoldingStore as ClockHoldingStore
 from ._conformance import CHECKS as CHECKS
 from ._conformance import ConformanceResult as ConformanceResult
@@ -91,3 +92,6 @@ __all__ = (
     "run_deterministic",
     "seeded_schedule",
 )
+
+# Tracebacks and reprs name the public home of these, not the private module.
+_set_public_module(__name__, globals(), __all__)

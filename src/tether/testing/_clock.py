@@ -18,6 +18,7 @@ from ..stores._mailbox import MailboxStore, Message
 from ..stores._memory import MemoryStore
 from ..stores._owners import Renewal, Served, WorkerAd
 from ..stores._records import Entry, RunRecord
+from ..stores._respond import RespondingStore
 from ..stores._store import AdvertisingStore, Store, WorkerStore
 
 __all__ = ("ClockHoldingStore", "hold_clock")
@@ -166,6 +167,11 @@ class ClockHoldingStore:
         """The inner store's ``send_message``, holding the clock (see :attr:`capabilities`)."""
         send = cast(MailboxStore, self.inner).send_message
         return await self._held(send, run_id, name, value, now=now)
+
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """The inner store's ``respond``, holding the clock (see :attr:`capabilities`)."""
+        respond = cast(RespondingStore, self.inner).respond
+        return await self._held(respond, run_id, entries, now=now)
 
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:
         """The inner store's ``load_messages``, holding the clock (see :attr:`capabilities`)."""

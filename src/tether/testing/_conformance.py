@@ -37,6 +37,8 @@ from ._conformance_delete import DELETE_CHECKS
 from ._conformance_leases import LEASE_CHECKS
 from ._conformance_messages import MESSAGE_CHECKS
 from ._conformance_queue import QUEUE_CHECKS
+from ._conformance_respond import RESPOND_CHECKS
+from ._conformance_run_ids import RUN_ID_CHECKS
 
 __all__ = (
     "CHECKS",
@@ -332,6 +334,8 @@ CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     **QUEUE_CHECKS,
     **DELETE_CHECKS,
     **MESSAGE_CHECKS,
+    **RESPOND_CHECKS,
+    **RUN_ID_CHECKS,
 }
 
 
@@ -372,7 +376,10 @@ async def check_store(
     ``watch`` for one without ``watch``, ``delete_run`` for one without ``delete_run`` (it cannot
     delete runs, so ``tether runs prune`` refuses it), and the mailbox checks (``messages``,
     ``message_*``) for one without ``send_message`` and ``load_messages`` (it keeps no
-    messages, so ``engine.send`` and ``tether.receive`` refuse it).
+    messages, so ``engine.send`` and ``tether.receive`` refuse it), and the ``respond``
+    checks (``respond``, ``respond_refusals``, ``concurrent_responds``) for one without
+    ``respond`` (``engine.respond`` refuses it). The run id checks (``run_id_rule``,
+    ``odd_run_ids``) hold the store to :func:`tether.stores.check_run_id`'s rule.
 
     Returns:
         Which checks passed and which were skipped (a missing hook).

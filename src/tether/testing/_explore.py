@@ -77,7 +77,7 @@ from .._errors import InvariantViolation, Request, UsageError
 from ..stores._memory import MemoryStore
 from ..stores._store import Store
 from ._deterministic import run_deterministic
-from ._explore_execution import Execution
+from ._explore_execution import RUN_ID, Execution
 from ._explore_plan import (
     FAULT_KINDS,
     Exploration,
@@ -87,6 +87,7 @@ from ._explore_plan import (
     check_applies,
     check_seeds,
     check_target,
+    encode_messages,
     kinds_at,
 )
 from ._explore_trial import Trial
@@ -117,6 +118,7 @@ class Explorer:
         *args: Any,
         store_factory: Callable[[], Store] = MemoryStore,
         responses: Mapping[str, Any] | Callable[[Request], Any] | None = None,
+        messages: Sequence[tuple[str, Any]] = (),
         deadline: float = 1.0,
         slow: float = 1.0,
         save_timeout: float = 30.0,
@@ -125,6 +127,7 @@ class Explorer:
         lease_ttl: float = 2.0,
     ) -> None:
         check_target("explore()", workflow, store_factory)
+        encoded = encode_messages(workflow, messages, "explore()", RUN_ID)
         numbers = {"deadline": deadline, "slow": slow, "limit": limit, "lease_ttl": lease_ttl}
         for name, value in numbers.items():
             if not isinstance(value, int | float) or not value > 0 or math.isinf(value):
@@ -135,6 +138,7 @@ class Explorer:
         self.args = args
         self.store_factory = store_factory
         self.responses = responses
+        self.messages = encoded
         self.deadline = float(deadline)
         self.slow = float(slow)
         self.save_timeout = float(save_timeout)
@@ -165,6 +169,8 @@ class Explorer:
     def _baseline(self, seed: int) -> list[Execution]:
         if seed not in self._baselines:
             trial, problems = self._trial(FaultPlan(seed, ()))
+            if trial.starved is not None:
+                self._starved(trial.starved.messages)
             if problems:
                 self._raise(FaultPlan(seed, ()), problems, "the uninterrupted run")
             self._baselines[seed] = trial.executions
@@ -297,6 +303,21 @@ class Explorer:
 
     # -- reporting ---------------------------------------------------------------
 
+    def _starved(self, names: Sequence[str]) -> None:
+        """Refuse a workflow whose uninterrupted run waits for messages never sent.
+
+        Raises:
+            UsageError: always, saying how to send them.
+        """
+        sent = ", ".join(sorted({n for n, _ in self.messages})) or "none"
+        pairs = ", ".join(f"({n!r}, ...)" for n in names)
+        raise UsageError(
+            f"workflow {self.workflow.name}: the uninterrupted run waits in tether.receive for "
+            f"message {', '.join(map(repr, names))}, which explore() never sends (it sends: "
+            f"{sent}); pass the messages the run receives, in the order they are sent: "
+            f"explore(..., messages=[{pairs}]); they are sent to the run as it is created"
+        )
+
     def _repro(self, plan: FaultPlan, seeds: list[int]) -> str:
         fn = self.workflow.fn
         target = f"{fn.__module__}.{fn.__qualname__}"
@@ -306,6 +327,8 @@ class Explorer:
             extra += ", store_factory=..."
         if self.responses is not None:
             extra += ", responses=..."
+        if self.messages:
+            extra += ", messages=..."
         defaults = inspect.signature(Explorer).parameters
         for name in _OPTIONS:
             if getattr(self, name) != defaults[name].default:
@@ -332,6 +355,7 @@ def explore(
     seeds: int | Iterable[int] = 3,
     faults: Iterable[str | Injection | FaultPlan] = FAULT_KINDS,
     responses: Mapping[str, Any] | Callable[[Request], Any] | None = None,
+    messages: Sequence[tuple[str, Any]] = (),
     deadline: float = 1.0,
     slow: float = 1.0,
     save_timeout: float = 30.0,
@@ -342,7 +366,8 @@ def explore(
     """Inject faults at every interleaving point of ``workflow(*args)``; check the invariants.
 
     For each seed, runs the workflow once uninterrupted (answering its
-    requests from *responses*) to learn its interleaving points, then runs
+    requests from *responses*, its receives from *messages*) to learn its
+    interleaving points, then runs
     one trial per point and fault kind: a fresh store from *store_factory*,
     the fault injected at that point, then resumes on the same store until
     the run finishes. Each trial is a ``trio.run`` of its own under
@@ -396,6 +421,10 @@ def explore(
         seeds: how many seeds (0..n-1), or which.
         responses: answers for :func:`tether.ask` requests: a mapping from
             request key, or a function of the :class:`Request`.
+        messages: ``(name, value)`` pairs for :func:`tether.receive`: sent to the
+            run, in this order, as soon as it is created (before its code runs),
+            checked and encoded as ``engine.send`` would; every trial's run
+            gets them all.
         deadline: seconds of virtual time from a ``hang`` to the caller's deadline.
         slow: seconds of virtual time a write is held (``cancel``, ``fail``,
             ``lease_lost``, ``pause``).
@@ -410,6 +439,10 @@ def explore(
         an :class:`Exploration` summary when no invariant broke.
 
     Raises:
+        UsageError: an option is wrong: a message the workflow does not declare
+            (or whose value does not fit), a request *responses* does not
+            answer, or an uninterrupted run that waits in ``tether.receive``
+            for a message *messages* does not hold (saying how to give it).
         InvariantViolation: naming the invariant, the seed, the fault plan
             and a one-line reproduction.
     """
@@ -418,6 +451,7 @@ def explore(
         *args,
         store_factory=store_factory,
         responses=responses,
+        messages=messages,
         deadline=deadline,
         slow=slow,
         save_timeout=save_timeout,

@@ -28,6 +28,7 @@ expire, not a gone owner of this machine taken over at once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final, final
 
 import attrs
@@ -36,6 +37,7 @@ import trio
 import trio.testing
 
 from .._api._workflow import Workflow
+from .._core._clock import TrioWallClock
 from .._core._events import RunEvent, StepStarted, current_observer
 from .._core._owners import engine_closed, engine_opened
 from .._engine._engine import Engine, internals
@@ -53,6 +55,8 @@ __all__ = ("SUBMITTER", "Options", "Outcome", "Trial", "WorkerTrial")
 
 #: The submitting process's name in point names.
 SUBMITTER: Final = "submitter"
+#: What the simulated processes' wall clock reads at virtual time 0.
+_EPOCH: Final = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @attrs.frozen(kw_only=True)
@@ -120,7 +124,11 @@ class Process:
         self.connection = Connection(trial.shared, self)
         self.faulty = FaultyStore(self.connection)
         self.engine = Engine(
-            self.faulty, hooks=(), save_timeout=options.save_timeout, lease_ttl=options.lease_ttl
+            self.faulty,
+            hooks=(),
+            save_timeout=options.save_timeout,
+            lease_ttl=options.lease_ttl,
+            clock=TrioWallClock(_EPOCH),  # virtual time: a run's wake_at comes in it
         )
         self.scope = trio.CancelScope()  # the process's life: cancelled by a crash
         self.stop = trio.Event()  # the trial is over: leave the worker block

@@ -56,6 +56,7 @@ from ..stores._store import Store
 from ._faults import Call, SimulatedCrash
 
 __all__ = (
+    "EPOCH",
     "OTHER",
     "OWNERSHIP_KINDS",
     "OwnerFaults",
@@ -78,7 +79,7 @@ T = TypeVar("T")
 OTHER: Final = "elsewhere:1:explorer"
 
 #: Where the engines' clock starts in each trial (a TrioWallClock: virtual time).
-_EPOCH: Final = datetime(2030, 1, 1, tzinfo=UTC)
+EPOCH: Final = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @asynccontextmanager
@@ -100,7 +101,7 @@ async def open_owner(
     nothing more: its lease task dies, and it is not closed, only gone.
     """
     # Durable timers measure virtual time (each trial is a trio.run of its own).
-    clock = TrioWallClock(_EPOCH)
+    clock = TrioWallClock(EPOCH)
     engine = Engine(store, hooks=(), save_timeout=save_timeout, lease_ttl=lease_ttl, clock=clock)
     internals(engine).define(workflow)
     scope = trio.CancelScope()

@@ -9,7 +9,8 @@ at a named interleaving point (see :mod:`._explore` for the names); a
 separate from the machinery that injects them (:mod:`._explore_trial`), so
 the worker explorer (:mod:`._explore_workers`) shares the summary and the
 checks of what a caller passes (:func:`check_target`, :func:`check_seeds`,
-:func:`answer_requests`) without the single-run explorer.
+:func:`answer_requests`, :func:`encode_messages`) without the single-run
+explorer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, Final, final
 import attrs
 
 from .._api._workflow import Workflow
-from .._errors import Request, UsageError
+from .._engine._send import encode_message
+from .._errors import MessageRejectedError, Request, UsageError
 from ._explore_leases import OWNERSHIP_KINDS
 
 __all__ = (
@@ -33,6 +35,7 @@ __all__ = (
     "check_applies",
     "check_seeds",
     "check_target",
+    "encode_messages",
     "kinds_at",
 )
 
@@ -174,6 +177,36 @@ def answer_requests(
                 f"function of the request to {caller}"
             )
     return answers
+
+
+def encode_messages(
+    workflow: Workflow[..., Any], messages: Iterable[tuple[str, Any]], caller: str, run_id: str
+) -> tuple[tuple[str, str], ...]:
+    """The messages an explorer sends to its run *run_id* (``messages=``), each checked
+    against what *workflow* declares and encoded as ``engine.send`` encodes it:
+    ``(name, JSON text)``.
+
+    Raises:
+        UsageError: an item that is not a ``(name, value)`` pair, or a message the
+            workflow does not declare or whose value does not fit its type.
+    """
+    if isinstance(messages, str | bytes | Mapping):
+        raise UsageError(
+            f"{caller} takes messages=[(name, value), ...] (a list of pairs), not {messages!r:.100}"
+        )
+    encoded: list[tuple[str, str]] = []
+    for item in messages:
+        if not isinstance(item, tuple | list) or len(item) != 2 or not isinstance(item[0], str):
+            raise UsageError(
+                f"{caller}: each of messages= is a (name, value) pair, not {item!r:.100}"
+            )
+        name, value = item
+        try:
+            text = encode_message(run_id, workflow.name, workflow.messages, name, value)
+        except MessageRejectedError as exc:
+            raise UsageError(f"{caller}, messages=: {exc}") from exc
+        encoded.append((name, text))
+    return tuple(encoded)
 
 
 def check_applies(injection: Injection) -> None:

@@ -48,7 +48,7 @@ __all__ = (
 
 #: Methods whose landed call may change a run record (and so is announced).
 _ANNOUNCED: Final = frozenset(
-    {"create_run", "update_run", "claim", "claim_next", "cancel_run", "send_message"}
+    {"create_run", "update_run", "claim", "claim_next", "cancel_run", "send_message", "respond"}
 )
 #: The first and the longest wait between retries while the store is down.
 _FIRST_RETRY: Final = 0.01
@@ -154,6 +154,7 @@ def _run_of(method: str, args: tuple[Any, ...]) -> str | None:
         "cancel_run",
         "send_message",
         "load_messages",
+        "respond",
     ):
         run_id: str = args[0]
         return run_id
@@ -473,6 +474,11 @@ class Connection:
     async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
         """The shared store's ``send_message``, through the process (see :attr:`capabilities`)."""
         result: Message = await self._process.call("send_message", run_id, name, value, now=now)
+        return result
+
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """The shared store's ``respond``, through the process (see :attr:`capabilities`)."""
+        result: RunRecord = await self._process.call("respond", run_id, entries, now=now)
         return result
 
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:

@@ -11,6 +11,10 @@ write before and after it reaches the store (through the faulty store), and
 with a saboteur task beside the workflow for a sibling's failure. The
 ownership faults act through :mod:`._explore_leases`; after each execution
 the trial checks the invariants (:func:`~._explore_execution.check_execution`).
+The explorer's messages (``messages=``) are sent to the run once its
+creation landed in the store, before its code runs. An execution that does
+not return within the explorer's *limit* is stopped, and what the run
+waited for is said (:mod:`._explore_waits`).
 A trial takes its settings from its explorer (:class:`Settings`):
 :class:`~._explore.Explorer` runs one per ``trio.run``.
 """
@@ -33,6 +37,7 @@ from .._core._events import (
     TimerStarted,
     current_observer,
 )
+from .._core._store_calls import mailbox
 from .._engine._engine import Engine
 from .._errors import Paused, Request, StoreError, UsageError
 from ..stores._records import Entry, RunRecord, RunStatus, request_from_json
@@ -49,8 +54,9 @@ from ._explore_execution import (
     run_of,
     split_crash,
 )
-from ._explore_leases import OwnerFaults, Race, hand_back, open_owner
+from ._explore_leases import EPOCH, OwnerFaults, Race, hand_back, open_owner
 from ._explore_plan import FaultPlan, InjectedFailure, Injection
+from ._explore_waits import Waits, waits_of
 from ._faults import Call, Crash, Do, torn_writer
 from ._faulty import FaultyStore
 
@@ -73,6 +79,8 @@ class Settings(Protocol):
     limit: float
     torn: bool | None
     lease_ttl: float
+    #: the messages sent to the run once it is created: (name, JSON text as encoded)
+    messages: tuple[tuple[str, str], ...]
 
     def answer(self, requests: Sequence[Request]) -> dict[str, Any]:
         """The responses to *requests*."""
@@ -107,6 +115,9 @@ class Trial:
             self.faulty.inner, RUN_ID, lease_ttl=explorer.lease_ttl, slow=explorer.slow
         )
         self.sabotage = trio.Event()
+        self.sent = not explorer.messages  # the explorer's messages are in the mailbox
+        #: what the run waited for when it did not return in time, only for messages
+        self.starved: Waits | None = None
         self.workflow = self._wrap(explorer.workflow)
         self.torn = _can_tear(self.raw) if explorer.torn is None else explorer.torn
         if self.torn and not _can_tear(self.raw):
@@ -231,6 +242,10 @@ class Trial:
         ex = self.current
         if ex is not None and ex.race is not None and run_of(call.method, call.args) == RUN_ID:
             await ex.race.claimed(call)
+        if not self.sent and point_labels(call.method, call.args, call.kwargs) == [
+            "record:created"
+        ]:
+            await self._send_messages()
         if ex is None or call.method != "append":
             return
         inj: Injection | None = None
@@ -243,6 +258,13 @@ class Trial:
             self._strike(inj, "a sibling failed")
             if inj.kind == "crash":
                 await Crash().apply(call)
+
+    async def _send_messages(self) -> None:
+        """Send the explorer's messages to the run, whose creation just landed."""
+        self.sent = True
+        box = mailbox(self.faulty.inner)
+        for name, text in self.explorer.messages:
+            await box.send_message(RUN_ID, name, text, now=EPOCH)
 
     def _strike(self, inj: Injection, failure: str) -> None:
         """What *inj* does the moment its point is reached (writes then wait, or crash)."""
@@ -411,9 +433,20 @@ class Trial:
 
     async def _watchdog(self, ex: Execution, process: trio.CancelScope) -> None:
         await trio.sleep(self.explorer.limit)
+        waits = waits_of(RUN_ID, self.tasks.alive)
+        hint = ""
+        if waits.executing:
+            hint = f" ({waits.describe()})"
+        if waits.forever:
+            self.starved = waits
+            names = ", ".join(f"({n!r}, ...)" for n in waits.messages)
+            hint += (
+                f"; only a message wakes it: give explore() the messages the run receives, "
+                f"messages=[{names}]"
+            )
         self.violations.append(
             f"execution {ex.index} did not return within {self.explorer.limit}s of virtual "
-            "time; the explorer crashed the store to stop it"
+            f"time{hint}; the explorer crashed the store to stop it"
         )
         self.faulty.crash()
         process.cancel()

@@ -19,6 +19,7 @@ import attrs
 
 from .._errors import UsageError
 from ..stores._mailbox import MAILBOX_METHODS
+from ..stores._respond import RESPOND_METHODS
 from ..stores._store import ADVERTISE_METHODS, DELETE_METHODS, STORE_METHODS, WORKER_METHODS, Store
 from ._faults import TORN_AFTER, Crash, Fault, torn_writer
 
@@ -28,6 +29,7 @@ METHODS: Final = (
     *ADVERTISE_METHODS,
     *DELETE_METHODS,
     *MAILBOX_METHODS,
+    *RESPOND_METHODS,
 )
 
 

@@ -153,8 +153,8 @@ class FaultyStore:
                 ``claim``, ``renew``, ``cancel_run`` (a fault on ``renew``
                 models a store that stops answering an engine's renewals),
                 ``claim_next``, ``advertise``, ``list_workers``, ``delete_run``,
-                ``send_message`` or ``load_messages`` (the last ones reach
-                the inner store only when it has them).
+                ``send_message``, ``load_messages`` or ``respond`` (the last
+                ones reach the inner store only when it has them).
             fault: a :class:`Fault`: an object with ``async def apply(call)``.
             at: call number(s) of *method*, counted from 1; default every
                 call. For ``append``, save numbers: an append applies the
@@ -401,6 +401,11 @@ class FaultyStore:
     async def send_message(self, run_id: str, name: str, value: str, *, now: datetime) -> Message:
         """The inner store's ``send_message``, faults permitting (see :attr:`capabilities`)."""
         result: Message = await self._call("send_message", run_id, name, value, now=now)
+        return result
+
+    async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
+        """The inner store's ``respond``, faults permitting (see :attr:`capabilities`)."""
+        result: RunRecord = await self._call("respond", run_id, entries, now=now)
         return result
 
     async def load_messages(self, run_id: str, *, after: int = 0) -> Sequence[Message]:

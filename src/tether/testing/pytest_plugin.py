@@ -49,6 +49,12 @@ Markers
     ``@pytest.mark.tether_stores("memory", "sqlite")``
         the store kinds this test runs on (``"postgres"`` without a database:
         that case is skipped).
+
+Warnings
+    :class:`~tether.UnjournaledAwaitWarning` is an error in every test (the
+    filter ``error::tether.UnjournaledAwaitWarning``): a run whose workflow
+    awaits what tether does not journal fails with it. A test's own
+    ``filterwarnings`` mark, or ``pytest.warns``, overrides it.
 """
 
 from __future__ import annotations
@@ -214,6 +220,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "tether_stores(*kinds): the store kinds tether's store fixtures run over"
     )
+    # A workflow awaiting what tether does not journal fails its test: it is
+    # cancelled at that await and the run fails with the warning.
+    config.addinivalue_line("filterwarnings", "error::tether.UnjournaledAwaitWarning")
 
 
 def _seeds(metafunc: pytest.Metafunc, marker: pytest.Mark) -> list[int]:

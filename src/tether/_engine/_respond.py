@@ -1,0 +1,165 @@
+"""``engine.respond``: responses checked here, then recorded for the workers in one write.
+
+Layer: the engine (``_engine``).
+
+A respond never executes the run. It reads the run, finds each pending
+request's response type again by the name stored with the request (in the
+run's workflow module, :func:`~tether._codec._resolve.resolve_type`, unless
+the response is a value of the class the request names), encodes
+each response and decodes it back strictly into that type, exactly as the
+run will when its ``ask`` replays it, and then hands the store the response
+entries. The store journals them and queues the run in one atomic step
+(:class:`~tether.stores.RespondingStore`), deciding again on what it holds
+then (:func:`~tether.stores.decide_respond`), so that a respond racing
+another, or a worker's claim, is refused, never half-written. A worker then
+executes the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from .._api._ask import encode_response, refused_response, response_entry
+from .._codec._converter import describe
+from .._codec._json import digest, dumps
+from .._codec._resolve import resolve_type
+from .._codec._values import codec
+from .._core._store_calls import StoreErrors
+from .._errors import (
+    CodecError,
+    RunNotFoundError,
+    UsageError,
+    WorkflowNotFoundError,
+)
+from ..stores._capabilities import Capability, has
+from ..stores._records import Entry, RunRecord
+from ..stores._respond import RespondingStore, decide_respond
+from ..stores._store import Store
+from ._catalog import not_defined_here
+from ._info import pending_requests
+
+__all__ = ("respond",)
+
+
+class _Defines(Protocol):
+    """What a respond needs of a workflow (a ``tether.Workflow``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+
+
+async def respond(
+    store: Store,
+    run_id: str,
+    responses: Mapping[str, Any],
+    *,
+    find: Callable[[RunRecord], _Defines],
+    now: Callable[[], datetime],
+) -> RunRecord:
+    """``engine.respond``: check *responses* to the run's pending requests, then record them.
+
+    See :meth:`Engine.respond <tether.Engine.respond>`. A checkpoint;
+    cancelled, the responses were recorded whole or not at all.
+
+    Raises:
+        UsageError, RunNotFoundError, RunConflictError, UnknownRequestError,
+        InvalidResponseError, WorkflowNotFoundError, StoreError: as
+        ``engine.respond`` says.
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise UsageError(f"engine.respond() takes a run id, not {run_id!r:.100}")
+    if not isinstance(responses, Mapping) or not responses:
+        raise UsageError(
+            "engine.respond() takes a non-empty mapping of request keys to responses, "
+            f"not {responses!r:.100}"
+        )
+    if not has(store, Capability.RESPOND):
+        raise UsageError(
+            f"{store!r} cannot take responses for the workers: it has no respond() "
+            "(tether.stores.RespondingStore); answer with engine.resume, which executes "
+            "the run here"
+        )
+    with StoreErrors(f"reading run {run_id!r}"):
+        record = await store.get_run(run_id)
+    if record is None:
+        raise RunNotFoundError(f"no run {run_id!r} in {store!r}: nothing was journaled")
+    keys = list(responses)
+    # Decided here first, on what was read, so that a bad respond is refused
+    # with the store's own words before any work; the store decides again.
+    decide_respond(record, run_id=run_id, keys=keys, now=now())
+    types = _response_types(record, responses, find)
+    when = now()
+    entries = [_entry(record, key, responses[key], types[key], when) for key in keys]
+    with StoreErrors(f"responding to run {run_id!r}"):
+        stored: RunRecord = await _responding(store).respond(run_id, entries, now=now())
+    return stored
+
+
+def _responding(store: Store) -> RespondingStore:
+    return store  # type: ignore[return-value]  # has(store, Capability.RESPOND)
+
+
+def _response_types(
+    record: RunRecord, responses: Mapping[str, Any], find: Callable[[RunRecord], _Defines]
+) -> dict[str, tuple[str, Any, Any]]:
+    """Each key's (type name, type, payload).
+
+    The type is the response's own class when that is the class the request
+    names (a caller that has the type passes a value of it), else it is found
+    by its name in the workflow's module.
+
+    Raises:
+        WorkflowNotFoundError: the run's workflow is not defined here.
+        UsageError: a type is not found there.
+    """
+    run_id = record.run_id
+    try:
+        wf = find(record)
+    except WorkflowNotFoundError:
+        cannot = "its responses cannot be checked against the types it asks for"
+        raise not_defined_here(record, cannot, "tether respond") from None
+    module = sys.modules.get(wf.fn.__module__)
+    modules = [] if module is None else [module]
+    pending = {request.key: request for request in pending_requests(record)}
+    found: dict[str, tuple[str, Any, Any]] = {}
+    for key, value in responses.items():
+        request = pending[key]  # decide_respond made sure
+        own = type(value)
+        if describe(own) == request.response_type:
+            tp: Any = own
+        else:
+            tp = resolve_type(request.response_type, modules)
+        if tp is None and request.response_type != "None":
+            raise UsageError(
+                f"run {run_id!r}: the response to {key} cannot be checked here: its type "
+                f"{request.response_type} is not found in module {wf.fn.__module__} (the "
+                "workflow's module must name it, as a class it defines or imports). Nothing "
+                "was journaled; engine.resume checks it as it executes the run here"
+            )
+        found[key] = (request.response_type, tp, request.payload)
+    return found
+
+
+def _entry(
+    record: RunRecord, key: str, value: Any, typed: tuple[str, Any, Any], when: datetime
+) -> Entry:
+    """The response entry of *value* to *key*, once it decodes strictly into its type.
+
+    Raises:
+        InvalidResponseError: it does not encode, or does not decode back.
+    """
+    type_name, tp, payload = typed
+    run_id = record.run_id
+    primitive = encode_response(run_id, key, value)
+    try:
+        codec.structure(primitive, tp, what=f"the response to {key}")
+    except CodecError as exc:
+        raise refused_response(run_id, key, type_name, exc) from None
+    return response_entry(
+        run_id, key, primitive, digest(dumps(payload)), started=when, token=0, position=None
+    )
