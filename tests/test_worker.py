@@ -394,7 +394,7 @@ def test_the_command_line_shows_queued_and_dead_letter_runs(tmp_path: Path) -> N
     assert listed[0]["error"]["type"] == DEAD_LETTER_ERROR
     out = io.StringIO()
     assert main(["runs", "show", "waiting", "--store", spec], out=out) == 0
-    assert "dead_letter — its workers died 1 times" in out.getvalue()
+    assert "dead_letter — dispatched 1 time without an outcome" in out.getvalue()
 
 
 async def test_workflows_limits_what_a_worker_claims_and_runs_those_objects(

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Final, TextIO, cast
 
-__all__ = ("abbrev", "escape_controls", "escaped", "table", "unescaped")
+__all__ = ("abbrev", "escape_controls", "escaped", "table", "unescaped", "when")
 
 #: C0 controls, DEL, C1 controls and surrogates (lone ones, in a ``str``).
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -136,3 +137,8 @@ def table(
     print(line(header), file=out)
     for row in shown:
         print(line(row), file=out)
+
+
+def when(moment: datetime) -> str:
+    """A moment as shown to people, in UTC to the second: ``2026-12-04 10:00:00``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -17,8 +17,10 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from .._engine._engine import RunInfo
+from .._engine._info import backing_off
+from .._engine._serving import TAKEN_OVER, taken_over
 from .._terminal import table
-from ..stores import Entry, EntryKind, Message, RunRecord, RunStatus
+from ..stores import Entry, EntryKind, Message, RunRecord, RunStatus, Served
 from ._text import hint, json_value, lease, stored, when
 
 __all__ = ("print_records", "print_run_list", "run_json")
@@ -29,10 +31,11 @@ def interrupted(info: RunInfo) -> bool:
     return info.status is RunStatus.RUNNING and not info.executing
 
 
-def _execution(info: RunInfo, store: str | None) -> str:
+def _execution(info: RunInfo, store: str | None, served: frozenset[Served] | None) -> str:
     """Who executes *info* now, or what to do with an interrupted run; ``-`` when neither.
 
-    *store* is the ``--store`` the command was given, if any: the hints repeat it.
+    *store* is the ``--store`` the command was given, if any: the hints repeat it;
+    *served*, what the live workers serve (``None``: unknown).
     """
     if info.executing:
         text = f"executing on {info.owner}, lease "
@@ -40,12 +43,14 @@ def _execution(info: RunInfo, store: str | None) -> str:
         return text + ("; cancel requested" if info.cancel_requested else "")
     if interrupted(info):
         cancel = ", cancel requested" if info.cancel_requested else ""
-        return f"interrupted{cancel} — {next_step(info, store)}"
+        return f"interrupted{cancel} — {next_step(info, store, served)}"
     if info.status is RunStatus.QUEUED:
         return "waiting for a worker"
     if info.status is RunStatus.WAITING:
         if info.wake_at is None:
             return "parked, waiting for a message"
+        if backing_off(info):
+            return f"backing off {wake(info)}: its outcome could not be stored"
         return f"parked on its timers {wake(info)}"
     if info.status is RunStatus.DEAD_LETTER:
         return f"set aside after {info.dispatches} dispatches — {next_step(info, store)}"
@@ -59,18 +64,26 @@ def wake(info: RunInfo) -> str:
     return f"until {when(info.wake_at)} UTC"
 
 
-def next_step(info: RunInfo, store: str | None) -> str:
-    """What to do with an interrupted run."""
+def next_step(info: RunInfo, store: str | None, served: frozenset[Served] | None = None) -> str:
+    """What to do with an interrupted or set-aside run: nothing when a live worker (of
+    *served*, ``None``: unknown) takes it over."""
     if info.cancel_requested:  # its owner vanished before it saw the cancel
         command = hint("tether", "runs", "cancel", info.run_id, store=store)
         return f"finish the cancel with {command}"
+    if taken_over(info, cancel_requested=info.cancel_requested, served=served):
+        return TAKEN_OVER
     # `tether resume` needs the workflow's code: MODULE is the operator's to name.
     resume = hint("tether", "resume", info.run_id, store=store, imports=["MODULE"])
     return f"resume it with {resume}"
 
 
 def print_run_list(
-    runs: Sequence[RunInfo], spec: str, out: TextIO, *, store: str | None = None
+    runs: Sequence[RunInfo],
+    spec: str,
+    out: TextIO,
+    *,
+    store: str | None = None,
+    served: frozenset[Served] | None = None,
 ) -> None:
     if not runs:
         print(f"no runs in {spec}", file=out)
@@ -83,7 +96,7 @@ def print_run_list(
             when(r.created_at),
             when(r.updated_at),
             str(len(r.requests)),
-            _execution(r, store),
+            _execution(r, store, served),
         )
         for r in runs
     ]

@@ -332,7 +332,8 @@ def _add_queue(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.A
         type=int,
         default=5,
         metavar="N",
-        help="a run whose worker died N times is set aside as dead_letter (default 5)",
+        help="a run dispatched N times without an outcome (its worker died, or could not "
+        "store it) is set aside as dead_letter (default 5)",
     )
     worker.add_argument(
         "--grace",

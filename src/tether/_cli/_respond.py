@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from .._engine._engine import internals, open_engine
-from .._engine._serving import stranded_text
+from .._engine._serving import is_stranded, stranded_text
 from .._errors import (
     InvalidResponseError,
     UnknownRequestError,
@@ -86,7 +86,7 @@ async def _respond(
     async with open_engine(store) as engine:
         await engine.respond(args.run_id, responses)
         info = await engine.get_run(args.run_id)
-        if info is None or not await internals(engine).stranded(info):
+        if info is None or not is_stranded(info, await internals(engine).served()):
             return None
         return stranded_text(info)
 

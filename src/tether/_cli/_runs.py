@@ -25,7 +25,6 @@ import trio
 from .._api._patches import on_old_path
 from .._core._owners import owner_is_gone
 from .._engine._engine import internals, open_engine
-from .._engine._serving import stranded_text
 from .._errors import RunConflictError, TetherError, UsageError
 from .._terminal import unescaped
 from .._ui._timeline import timeline_svg
@@ -233,7 +232,8 @@ async def _runs_command(
             if args.json:
                 print(json.dumps([run_json(r) for r in runs], indent=2), file=out)
             else:
-                print_run_list(runs, spec, out, store=named)
+                served = await internals(engine).served()
+                print_run_list(runs, spec, out, store=named, served=served)
             return EXIT_OK
         info = await engine.get_run(args.run_id)
         if info is None:
@@ -245,10 +245,8 @@ async def _runs_command(
             print(json.dumps(run_json(info, detail=True, messages=messages), indent=2), file=out)
         else:
             width = None if args.full else terminal_width()
-            stranded = None
-            if info.status.wants_worker and await internals(engine).stranded(info):
-                stranded = stranded_text(info)
-            print_run(info, out, width=width, store=named, messages=messages, stranded=stranded)
+            served = await internals(engine).served()
+            print_run(info, out, width=width, store=named, messages=messages, served=served)
         if args.timeline is not None:
             try:
                 args.timeline.write_text(timeline_svg(info.entries), encoding="utf-8")

@@ -23,10 +23,12 @@ from datetime import datetime
 from typing import TextIO
 
 from .._engine._engine import RunInfo
+from .._engine._info import backing_off
+from .._engine._serving import is_stranded, stranded_text
 from .._errors import ErrorInfo
 from .._terminal import abbrev, escape_controls, table
 from .._ui._timeline import entries_count, own_duration, timer_due
-from ..stores import Entry, EntryKind, EntryStatus, Message, RunStatus
+from ..stores import Entry, EntryKind, EntryStatus, Message, RunStatus, Served
 from ._format import interrupted, message_takers, next_step, wake
 from ._text import clock, duration, json_text, lease, stored, stored_json, when
 
@@ -40,11 +42,12 @@ def print_run(
     width: int | None,
     store: str | None = None,
     messages: Sequence[Message] = (),
-    stranded: str | None = None,
+    served: frozenset[Served] | None = None,
 ) -> None:
     """``runs show``: values cut to *width* columns (``None``: shown in full, ``--full``);
     *messages*, the run's mailbox, listed with the receive that took each (or pending);
-    *stranded*, what to say when no live worker serves the run it waits for."""
+    *served*, what the live workers serve (``None``: unknown), to say whether a worker
+    takes the run up or it is stranded."""
     cut = None if width is None else width - 11
 
     def field(name: str, value: str) -> None:
@@ -59,7 +62,8 @@ def print_run(
             field("lease", lease(info.lease_expires_at))
     elif interrupted(info):
         cancel = ", cancel requested" if info.cancel_requested else ""
-        field("status", f"{info.status.value} — interrupted{cancel}: {next_step(info, store)}")
+        then = next_step(info, store, served)
+        field("status", f"{info.status.value} — interrupted{cancel}: {then}")
         last = "" if info.owner is None else f" (last: {info.owner}, no longer live)"
         field("owner", f"none{last}")
     elif info.status is RunStatus.QUEUED:
@@ -67,19 +71,24 @@ def print_run(
     elif info.status is RunStatus.WAITING and info.wake_at is None:
         field("status", f"{info.status.value} — parked, waiting for a message, holding no lease")
         field("wakes", "when a message is sent to it: any worker takes it up then")
+    elif backing_off(info):
+        tries = f"{info.dispatches} execution{'s' * (info.dispatches != 1)}"
+        field("status", f"{info.status.value} — backing off: {tries} could not store an outcome")
+        field("wakes", f"{wake(info).removeprefix('until ')}: any worker takes it up then")
     elif info.status is RunStatus.WAITING:
         field("status", f"{info.status.value} — parked on its timers, holding no lease")
         field("wakes", f"{wake(info).removeprefix('until ')}: any worker takes it up then")
     elif info.status is RunStatus.DEAD_LETTER:
         field(
             "status",
-            f"{info.status.value} — its workers died {info.dispatches} times: "
+            f"{info.status.value} — dispatched {info.dispatches} "
+            f"time{'s' * (info.dispatches != 1)} without an outcome: "
             f"{next_step(info, store)} once the cause is fixed",
         )
     else:
         field("status", info.status.value)
-    if stranded is not None:
-        field("workers", stranded)
+    if info.status.wants_worker and is_stranded(info, served):
+        field("workers", stranded_text(info))
     if info.cancel_requested and info.executing:
         field(
             "cancel",

@@ -23,6 +23,7 @@ from typing import Any
 from .._codec._values import codec
 from .._errors import TetherError
 from .._terminal import escape_controls
+from .._terminal import when as when  # (one format, shared with the dashboard)
 
 __all__ = (
     "cli_message",
@@ -37,10 +38,6 @@ __all__ = (
 def terminal_width() -> int:
     """The width ``runs show`` cuts values to (``$COLUMNS`` or the terminal's; at least 60)."""
     return max(60, shutil.get_terminal_size((120, 24)).columns)
-
-
-def when(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def clock(moment: datetime, day: datetime) -> str:

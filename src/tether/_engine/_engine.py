@@ -59,7 +59,7 @@ from ._live import OpenRun
 from ._ownership import Leases
 from ._respond import respond
 from ._send import send
-from ._serving import is_stranded, live_workers
+from ._serving import live_serves, live_workers
 
 # RunInfo is re-exported: its home is ._info.
 __all__ = ("Engine", "Internals", "RunInfo", "internals", "open_engine")
@@ -568,11 +568,11 @@ class Internals:
         """
         return await self._engine._launcher.execute_claimed(record, park_after=park_after)
 
-    async def stranded(self, info: RunInfo) -> bool | None:
-        """Whether the run *info* waits for a worker that no live worker is (the
-        dashboard and ``runs show`` say so); ``None`` when the store cannot tell.
-        A checkpoint."""
-        return await is_stranded(self._engine._store, info)
+    async def served(self) -> frozenset[Served] | None:
+        """Every ``(workflow, version)`` a live worker serves now (the dashboard and
+        ``runs`` say which runs wait in vain, and which a worker takes over);
+        ``None`` when the store cannot tell. A checkpoint."""
+        return await live_serves(self._engine._store)
 
     def define(self, wf: Workflow[..., Any]) -> None:
         """Execute runs of ``wf.name`` and ``wf.version`` as *wf* in this engine (for workers)."""

@@ -28,6 +28,7 @@ from ._serving import stranded_records
 
 __all__ = (
     "RunInfo",
+    "backing_off",
     "check_not_cancelled",
     "decode_result",
     "list_infos",
@@ -187,3 +188,12 @@ async def list_infos(
         # Without filters, as stores written before filters existed take it.
         records = await store.list_runs(**filters)
     return [run_info(r, (), defined) for r in records]
+
+
+def backing_off(info: RunInfo) -> bool:
+    """Whether *info* waits because its last executions could not store their outcome.
+
+    Such a run is ``waiting`` until its redispatch time with the dispatches
+    it used (a run parked on its timers reached an outcome: it has none).
+    """
+    return info.status is RunStatus.WAITING and info.wake_at is not None and info.dispatches > 0

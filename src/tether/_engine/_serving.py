@@ -38,11 +38,20 @@ from .._core._owners import owner_is_gone
 from .._errors import UsageError
 from ..stores._capabilities import Capability, has
 from ..stores._owners import Served, WorkerAd
-from ..stores._queue import Placed, RunFilter, stranded
+from ..stores._queue import Placed, RunFilter, serves, stranded
 from ..stores._records import RunRecord, RunStatus
 from ..stores._store import ADVERTISE_METHODS, AdvertisingStore, Store
 
-__all__ = ("Advertiser", "is_stranded", "live_workers", "stranded_records", "stranded_text")
+__all__ = (
+    "TAKEN_OVER",
+    "Advertiser",
+    "is_stranded",
+    "live_serves",
+    "live_workers",
+    "stranded_records",
+    "stranded_text",
+    "taken_over",
+)
 
 log = logging.getLogger("tether.worker")
 
@@ -155,8 +164,15 @@ async def live_workers(store: Store) -> list[WorkerAd]:
     return list(await advertising.list_workers())
 
 
-async def is_stranded(store: Store, run: Placed) -> bool | None:
-    """Whether *run* waits for a worker that no live worker is; ``None``: the store cannot tell.
+#: What to say of an interrupted run that a live worker serves: it need not be resumed.
+TAKEN_OVER: Final = (
+    "a live worker serves its workflow and takes it over once its lease lapses; no need "
+    "to resume it"
+)
+
+
+async def live_serves(store: Store) -> frozenset[Served] | None:
+    """Every ``(workflow, version)`` some live worker serves; ``None``: the store cannot tell.
 
     A checkpoint (it reads the advertisements).
 
@@ -169,6 +185,26 @@ async def is_stranded(store: Store, run: Placed) -> bool | None:
     served: set[Served] = set()
     for ad in await live_workers(store):
         served |= ad.serves
+    return frozenset(served)
+
+
+def taken_over(run: Placed, *, cancel_requested: bool, served: frozenset[Served] | None) -> bool:
+    """Whether a live worker (of those that serve *served*) takes the interrupted *run*
+    over (``running``, no live owner): nobody need resume it. A run with a recorded
+    cancel is not: its cancel must be finished."""
+    return (
+        run.status is RunStatus.RUNNING
+        and not cancel_requested
+        and served is not None
+        and serves(served, run)
+    )
+
+
+def is_stranded(run: Placed, served: frozenset[Served] | None) -> bool | None:
+    """Whether *run* waits for a worker that none of the live ones (*served*) is;
+    ``None``: the store cannot tell (*served* is ``None``)."""
+    if served is None:
+        return None
     gone = {run.owner} if run.owner is not None and owner_is_gone(run.owner) else set()
     return stranded(run, served=served, gone=gone)
 

@@ -55,9 +55,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._engine._engine import Engine, internals, open_engine
 from .._engine._info import RunInfo
-from .._engine._serving import stranded_text
+from .._engine._serving import is_stranded, stranded_text
 from .._errors import RunNotFoundError, TetherError, UsageError
-from ..stores import Store
+from ..stores import Served, Store
 from ..stores._records import RunStatus
 from ._actions import Actions
 from ._html import Markup, join, tag
@@ -231,14 +231,14 @@ async def _run(
     info = await dash.engine.get_run(run_id) if run_id else None
     if info is None:
         return _problem(dash, request, 404, "No such run", f"There is no run {run_id!r}.")
-    ctx = _ctx(dash, request)
+    ctx = attrs.evolve(_ctx(dash, request), served=await internals(dash.engine).served())
     asked = dash.actions.asked(info, answer)
     body = run_body(
         info,
         ctx=ctx,
         asked=asked,
         no_code=dash.actions.no_code(info),
-        note=await _note(dash, info),
+        note=_note(dash, info, ctx.served),
         cancel_problems=cancel or {},
     )
     live = info.status in (RunStatus.RUNNING, RunStatus.QUEUED)
@@ -250,10 +250,11 @@ async def _run(
     return _html(page(ctx, f"run {run_id}", join([title, content])), status)
 
 
-async def _note(dash: Dashboard, info: RunInfo) -> str | None:
-    """What an action here left to say of the run, and whether it is stranded."""
+def _note(dash: Dashboard, info: RunInfo, served: frozenset[Served] | None) -> str | None:
+    """What an action here left to say of the run, and whether it is stranded (no live
+    worker, of those that serve *served*, serves it)."""
     note = dash.actions.notes.get(info.run_id)
-    if info.status.wants_worker and await internals(dash.engine).stranded(info):
+    if info.status.wants_worker and is_stranded(info, served):
         stranded = stranded_text(info)
         note = stranded if note is None else f"{note}. {stranded}"
     return note

@@ -17,15 +17,18 @@ import base64
 import hashlib
 import json
 import shlex
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 from urllib.parse import urlencode
 
 import attrs
 
 from .._codec._values import codec
-from .._engine._info import RunInfo
+from .._engine._info import RunInfo, backing_off
+from .._engine._serving import TAKEN_OVER, taken_over
 from .._errors import TetherError
+from .._terminal import when as shown_when
+from ..stores._owners import Served
 from ..stores._records import RunStatus
 from ._html import Markup, esc, join, tag
 
@@ -129,6 +132,8 @@ class Page:
     #: the token, when this browser proved it has it (then forms carry it
     #: hidden); ``None``: forms ask for it
     token: str | None
+    #: what the live workers serve (``None``: unknown, or not read for this page)
+    served: frozenset[Served] | None = None
 
 
 def page(ctx: Page, title: str, body: Markup) -> str:
@@ -153,9 +158,8 @@ def page(ctx: Page, title: str, body: Markup) -> str:
 
 
 def when(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """A moment in UTC to the second (:func:`tether._terminal.when`); ``-`` for none."""
+    return "-" if moment is None else shown_when(moment)
 
 
 def json_text(value: Any) -> str:
@@ -197,12 +201,18 @@ def shown_status(info: RunInfo) -> str:
     return info.status.value
 
 
-def execution(info: RunInfo, store: str) -> Markup:
-    """Who executes the run, or what to do with it; empty when neither applies."""
+def execution(info: RunInfo, store: str, served: frozenset[Served] | None = None) -> Markup:
+    """Who executes the run, or what to do with it; empty when neither applies.
+
+    *served* is what the live workers serve (``None``: unknown): an interrupted
+    run one of them serves is taken over, not resumed by hand.
+    """
     if info.executing:
         lease = f", lease until {when(info.lease_expires_at)} UTC" if info.lease_expires_at else ""
         cancel = "; cancel requested" if info.cancel_requested else ""
         return join(["executing on ", tag("code", info.owner), lease, cancel])
+    if taken_over(info, cancel_requested=info.cancel_requested, served=served):
+        return esc(f"interrupted (no live owner): {TAKEN_OVER}")
     if info.status is RunStatus.RUNNING:
         # Its owner vanished before it saw the cancel: finish the cancel; else resume it.
         words = ["runs", "cancel"] if info.cancel_requested else ["resume"]
@@ -214,6 +224,10 @@ def execution(info: RunInfo, store: str) -> Markup:
     if info.status is RunStatus.WAITING:
         if info.wake_at is None:  # parked in tether.receive: a send makes it due
             return esc("parked, waiting for a message")
+        if backing_off(info):
+            return esc(
+                f"backing off until {when(info.wake_at)} UTC: its outcome could not be stored"
+            )
         return esc(f"parked on its timers until {when(info.wake_at)} UTC")
     if info.status is RunStatus.DEAD_LETTER:
         return esc(f"set aside after {info.dispatches} dispatches; resume it once fixed")

@@ -138,7 +138,7 @@ def _facts(info: RunInfo, ctx: Page) -> Markup:
         ("workflow", tag("code", info.workflow)),
         ("status", badge(shown_status(info))),
     ]
-    doing = execution(info, ctx.store)
+    doing = execution(info, ctx.store, ctx.served)
     if doing:
         items.append(("execution", doing))
     if info.owner is not None and not info.executing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta, timezone
+from typing import Final
 
 import attrs
 import trio
@@ -54,6 +55,19 @@ __all__ = (
 # -- the checks ------------------------------------------------------------------------
 
 
+#: A stored failure with everything an error can hold: a traceback and a group's members.
+_FAILURE: Final = ErrorInfo(
+    type="ExceptionGroup",
+    message="out of stock ü (2 sub-exceptions)",
+    key=None,
+    traceback='Traceback (most recent call last):\n  File "shop.py", line 7\nValueError: ü\n',
+    members=(
+        ErrorInfo(type="ValueError", message="out of stock ü", key="reserve#0"),
+        ErrorInfo(type="KeyError", message="'lamp'", key="price#0"),
+    ),
+)
+
+
 async def check_run_round_trip(ctx: Ctx) -> None:
     """create/get/update/list return exactly what was stored."""
     async with Opened(await ctx.make()) as store:
@@ -65,7 +79,7 @@ async def check_run_round_trip(ctx: Ctx) -> None:
             record,
             status=RunStatus.FAILED,
             result='{"total":3}',
-            error=ErrorInfo(type="ValueError", message="out of stock ü", key="reserve#0"),
+            error=_FAILURE,
             requests=(),
             updated_at=ctx.time(timezone(timedelta(hours=-7))),
         )
@@ -137,7 +151,7 @@ async def check_append_seqs(ctx: Ctx) -> None:
             returned += out
         batch = [
             ctx.entry("seq", "b#0", kind=EntryKind.RESPONSE),
-            ctx.entry("seq", "b#1", status=EntryStatus.FAILED, value=None),
+            ctx.entry("seq", "b#1", status=EntryStatus.FAILED, value=None, error=_FAILURE),
         ]
         out = list(await store.append("seq", batch))
         assert len(out) == 2, f"append of two entries returned {len(out)}"
