@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from ._cli import cli
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 WORKER = "host-w:1:w"
 TOKEN = "who-token"
+#: A run id from outside, with terminal control sequences in it.
+HOSTILE = "evil-\x1b]0;pwned\x07\x1b[2J-id"
 
 
 def seed(db: Path) -> None:
@@ -47,6 +51,7 @@ def seed(db: Path) -> None:
             await store.create_run(run("served-1", "served.flow", status=RunStatus.RUNNING))
             await store.create_run(run("orphan-1", "orphan.flow", status=RunStatus.RUNNING))
             await store.create_run(run("queued-1", "orphan.flow", status=RunStatus.QUEUED))
+            await store.create_run(run(HOSTILE, "orphan.flow", status=RunStatus.RUNNING))
             backing = NOW + timedelta(minutes=4)
             await store.create_run(
                 run(
@@ -100,3 +105,19 @@ async def test_the_dashboard_says_who_takes_a_run_up(tmp_path: Path) -> None:
             assert "tether resume orphan-1" in await page("orphan-1")
             assert "stranded: no live worker serves workflow" in await page("queued-1")
             assert "backing off until 2030-01-02 03:08:05 UTC" in await page("backoff-1")
+
+
+def test_a_hint_for_a_hostile_run_id_pastes_back_exactly(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    seed(db)
+    shown = cli("runs", "show", HOSTILE, "--store", f"sqlite:{db}").out
+    assert "\x1b" not in shown and "\x07" not in shown  # nothing raw reaches the terminal
+    hint = re.search(r"`(tether resume [^`]*)`", shown)
+    assert hint is not None, shown
+    assert hint[1].startswith("tether resume $'evil-\\u001b]0;pwned\\u0007")
+    # Pasted into a shell, the hint's run id is the stored one, byte for byte.
+    argv = hint[1].removeprefix("tether resume ").split(" --")[0]
+    echoed = subprocess.run(
+        ["bash", "-c", f"printf %s {argv}"], capture_output=True, check=True
+    ).stdout.decode("utf-8")
+    assert echoed == HOSTILE

@@ -16,11 +16,12 @@ shown (``\\x1b`` is four columns wide).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final, TextIO, cast
 
-__all__ = ("abbrev", "escape_controls", "escaped", "table", "unescaped", "when")
+__all__ = ("abbrev", "escape_controls", "escaped", "shell_join", "table", "unescaped", "when")
 
 #: C0 controls, DEL, C1 controls and surrogates (lone ones, in a ``str``).
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -142,3 +143,25 @@ def table(
 def when(moment: datetime) -> str:
     """A moment as shown to people, in UTC to the second: ``2026-12-04 10:00:00``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def shell_join(words: Sequence[str]) -> str:
+    """A command line of *words* to paste into a POSIX shell, shown without a raw
+    control character: as :func:`shlex.join` quotes it, except that a word holding a
+    control character is written in ``$'...'`` (bash, zsh) with ``\\uXXXX`` escapes,
+    which give that very word back when pasted."""
+    return " ".join(_shell_word(word) for word in words)
+
+
+def _shell_word(word: str) -> str:
+    if not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in word):
+        return shlex.quote(word)
+    out = []
+    for c in word:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif ord(c) < 32 or 127 <= ord(c) < 160:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"

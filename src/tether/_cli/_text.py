@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ from typing import Any
 
 from .._codec._values import codec
 from .._errors import TetherError
-from .._terminal import escape_controls
+from .._terminal import escape_controls, shell_join
 from .._terminal import when as when  # (one format, shared with the dashboard)
 
 __all__ = (
@@ -82,14 +81,16 @@ def lease(expires: datetime) -> str:
 def command(
     *words: str, imports: Sequence[str] = (), store: str | None = None, extra: Sequence[str] = ()
 ) -> str:
-    """A command line to type, quoted for a POSIX shell: *words*, then ``--import`` for
-    each of *imports*, ``--store`` *store* (when given), and *extra*."""
+    """A command line to type, quoted for a POSIX shell (:func:`tether._terminal.shell_join`:
+    a word with a control character, as a hostile run id may hold, pastes back exactly):
+    *words*, then ``--import`` for each of *imports*, ``--store`` *store* (when given),
+    and *extra*."""
     line = list(words)
     for module in imports:
         line += ["--import", module]
     if store is not None:
         line += ["--store", store]
-    return shlex.join([*line, *extra])
+    return shell_join([*line, *extra])
 
 
 def hint(*words: str, store: str | None, imports: Sequence[str] = ()) -> str:

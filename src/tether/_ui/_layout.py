@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import shlex
 from datetime import datetime
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -27,6 +26,7 @@ from .._codec._values import codec
 from .._engine._info import RunInfo, backing_off
 from .._engine._serving import TAKEN_OVER, taken_over
 from .._errors import TetherError
+from .._terminal import shell_join
 from .._terminal import when as shown_when
 from ..stores._owners import Served
 from ..stores._records import RunStatus
@@ -217,7 +217,7 @@ def execution(info: RunInfo, store: str, served: frozenset[Served] | None = None
         # Its owner vanished before it saw the cancel: finish the cancel; else resume it.
         words = ["runs", "cancel"] if info.cancel_requested else ["resume"]
         code = [] if info.cancel_requested else ["--import", "MODULE"]
-        hint = shlex.join(["tether", *words, info.run_id, "--store", store, *code])
+        hint = shell_join(["tether", *words, info.run_id, "--store", store, *code])
         return join(["interrupted (no live owner): ", tag("code", hint)])
     if info.status is RunStatus.QUEUED:
         return esc("waiting for a worker")
