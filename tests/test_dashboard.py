@@ -255,7 +255,7 @@ def _answer(driver: WebDriver, base: str, dash: Dashboard) -> None:
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "dl.facts .badge.s-completed"))
     shown = text(driver)
-    assert "responded to ask#0; the run is queued for the workers" in shown
+    assert "responded to ask#0 and queued the run for the workers" in shown
     assert f"shipped {flows.RUNS['paused']} (4200 cents) {flows.SCRIPT}" in shown
     assert journal()[len(before) :] == [("ask#0", EntryKind.RESPONSE), ("ship#0", EntryKind.STEP)]
     no_alert(driver)

@@ -227,7 +227,7 @@ async def test_a_good_answer_queues_the_run_for_a_worker(db: Path) -> None:
         assert info is not None and info.status is RunStatus.QUEUED  # executed nothing
         assert [e.key for e in info.entries][-1] == "ask#0"
         page = await http.get(response.headers["location"])
-        assert "responded to ask#0; the run is queued for the workers" in page.text
+        assert "responded to ask#0 and queued the run for the workers" in page.text
         assert "stranded: no live worker serves workflow" in page.text  # none runs yet
         again = await http.post("/run/answer", data=answer())  # answered already
         assert again.status_code == 409 and "has no pending request" in again.text

@@ -551,8 +551,10 @@ def test_a_run_that_waits_for_a_message_never_sent_is_refused_saying_how() -> No
         "receives, in the order they are sent: explore(..., messages=[('scanned', ...)]); "
         "they are sent to the run as it is created"
     )
-    with pytest.raises(tether.UsageError, match=r"never sends \(it sends: scanned\)"):
+    with pytest.raises(tether.UsageError, match=r"sends fewer than the run receives \(.scanned.\)"):
         explore(shop.deliver, "o-4", seeds=1, messages=SCANS[:1])  # the second scan is missing
+    with pytest.raises(tether.UsageError, match=r"a list of pairs\), not 5"):
+        explore(shop.deliver, "o-4", seeds=1, messages=5)  # type: ignore[arg-type]
 
 
 @tether.workflow(name="tests.explore.naps")

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 import tether
+from tether._engine._info import backing_off
 from tether._engine._outcomes import REDISPATCH_FIRST, REDISPATCH_MAX, redispatch_delay
 from tether.stores import DEAD_LETTER_ERROR, RunRecord, RunStatus, Store
 from tether.testing import Call, Do, FaultyStore, Raise, TrioWallClock
@@ -199,6 +200,7 @@ async def test_engine_run_whose_outcome_write_fails_leaves_the_run_to_back_off(
         info = await engine.get_run("once")
         assert info is not None and info.status is RunStatus.WAITING
         assert info.wake_at is not None and not info.executing
+        assert info.dispatches == 1 and backing_off(info)  # shown as a backoff, and counted
         with pytest.raises(ValueError):  # by hand it executes at once, and is stored
             await engine.resume("once")
         info = await engine.get_run("once")

@@ -15,6 +15,7 @@ import importlib
 import inspect
 import pickle
 import traceback
+import typing
 from types import ModuleType
 
 import attrs
@@ -89,3 +90,10 @@ async def test_not_in_run_error_advice_fits_the_call() -> None:
     with pytest.raises(tether.NotInRunError) as slept:
         await tether.sleep(1)
     assert "step.fn" not in str(slept.value)
+
+
+def test_public_classes_keep_their_type_hints() -> None:
+    # Moved to their public home, their annotations still resolve (tools, cattrs, users).
+    for cls in (tether.RunInfo, tether.Request, tether.StepRetrying, tether.Workflow):
+        assert cls.__module__ == "tether"
+        assert typing.get_type_hints(cls), cls

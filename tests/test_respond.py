@@ -299,3 +299,64 @@ async def test_two_lone_surrogates_never_merge_into_one_character(
             await engine.resume("t", responses={"name": pair})
         await engine.respond("t", {"name": "x\ud800y"})  # one lone surrogate is kept
         assert await engine.resume("t") == "x\ud800y"
+
+
+async def test_a_class_of_the_same_name_is_not_the_type_the_workflow_asks_for(
+    tether_store: Store, autojump_clock: trio.abc.Clock
+) -> None:
+    impostor = attrs.make_class("Approval", {"name": attrs.field()})  # a client's own copy
+    async with tether.open_engine(tether_store) as engine:
+        await paused(engine, approve, "o-6", run_id="o-6")
+        with pytest.raises(tether.InvalidResponseError, match="does not decode as Approval"):
+            await engine.respond("o-6", {"approve": impostor(name="x")})
+        info = await engine.get_run("o-6")
+        assert info is not None and info.status is RunStatus.PAUSED
+
+
+async def test_resume_takes_what_a_partial_respond_left_pending(
+    tether_store: Store, autojump_clock: trio.abc.Clock
+) -> None:
+    async with tether.open_engine(tether_store) as engine:
+        await paused(engine, two_questions, run_id="q2")
+        await engine.respond("q2", {"ask#0/a": 1})
+        assert await engine.resume("q2", responses={"ask#1/b": 2}) == [1, 2]
+
+
+async def test_a_file_store_respond_cut_between_its_writes_is_finished_by_a_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tether.FileStore(tmp_path / "runs")
+    async with tether.open_engine(store) as engine:
+        await paused(engine, approve, "f-1", run_id="f-1")
+        replace = type(store)._replace_run
+
+        def disk_full(self: tether.FileStore, folder: Path, record: RunRecord) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(type(store), "_replace_run", disk_full)
+        with pytest.raises(tether.StoreError):
+            await engine.respond("f-1", {"approve": Approval(ok=True, by="ann")})
+        monkeypatch.setattr(type(store), "_replace_run", replace)
+        cut = await engine.get_run("f-1")
+        # Never queued without its response: still paused, the response journaled.
+        assert cut is not None and cut.status is RunStatus.PAUSED
+        assert [e.key for e in cut.entries] == ["record#0", "approve"]
+        await engine.respond("f-1", {"approve": Approval(ok=True, by="ann")})
+        done = await engine.get_run("f-1")
+        assert done is not None and done.status is RunStatus.QUEUED
+        assert [e.key for e in done.entries] == ["record#0", "approve"]  # kept, not stored twice
+        assert await engine.resume("f-1") == "f-1:True:ann"
+
+
+def test_tether_respond_refuses_a_key_given_twice_in_its_own_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    said = usage_error("respond", "r", "ok=1", "ok=2", capsys=capsys)
+    assert "tether respond gives 'ok' twice" in said and "--respond" not in said
+
+
+def test_submit_and_worker_refuse_a_store_no_other_process_shares() -> None:
+    for argv in (("submit", "tests.test_respond:ask_text"), ("worker",)):
+        done = cli(*argv, "--store", "memory:")
+        assert done.status == EXIT_FAILED, done
+        assert "needs a store other processes share" in done.err

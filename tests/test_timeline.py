@@ -6,10 +6,11 @@ import random
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether._ui._timeline import COLOURS, lanes, timeline_svg
+from tether._ui._timeline import COLOURS, lanes, own_duration, timeline_svg
 from tether.stores import Entry, EntryKind, EntryStatus, ErrorInfo
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -218,3 +219,18 @@ def test_every_entry_is_one_bar_inside_the_picture_and_lanes_never_overlap(
     for lane in lanes(journal):
         for before, later in zip(lane.entries, lane.entries[1:], strict=False):
             assert before.finished_at <= later.started_at
+
+
+def test_a_timer_due_in_the_past_took_no_time() -> None:
+    started = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    timer = Entry(
+        run_id="r",
+        key="sleep#0",
+        kind=EntryKind.TIMER,
+        value='{"due":"2030-01-01T11:00:00+00:00"}',  # sleep_until an hour ago
+        started_at=started,
+        finished_at=started,
+    )
+    assert own_duration(timer) == timedelta(0)
+    later = attrs.evolve(timer, value='{"due":"2030-01-01T12:00:05+00:00"}')
+    assert own_duration(later) == timedelta(seconds=5)

@@ -99,6 +99,9 @@ async def test_the_dashboard_says_who_takes_a_run_up(tmp_path: Path) -> None:
             async def page(run_id: str) -> str:
                 return (await http.get("/run", params={"id": run_id})).text
 
+            listed = (await http.get("/")).text
+            row = re.search(r'<tr[^>]*data-run="served-1".*?</tr>', listed, re.S)
+            assert row is not None and "takes it over once its lease lapses" in row[0]
             served = await page("served-1")
             assert "takes it over once its lease lapses" in served
             assert "tether resume" not in served

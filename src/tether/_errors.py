@@ -8,6 +8,7 @@ the step key and, for files, the path, and say what to do next.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import FunctionType
@@ -84,6 +85,17 @@ def storable_text(text: str, limit: int | None = None) -> str:
     return text
 
 
+def _plain_members(_: object, __: object, members: tuple[ErrorInfo, ...]) -> None:
+    """A group's members are stored plain: each without a traceback or members of its own
+    (the group's traceback shows theirs), so that what is written can be read back."""
+    for member in members:
+        if member.traceback is not None or member.members:
+            raise UsageError(
+                f"ErrorInfo member {member.type} has a traceback or members of its own; "
+                "a group's members hold type, message and key only"
+            )
+
+
 @final
 @attrs.frozen(kw_only=True)
 class ErrorInfo:
@@ -104,7 +116,7 @@ class ErrorInfo:
     #: for an exception group, the exceptions inside it (nested groups
     #: flattened; the first :data:`MAX_MEMBERS`), each with its ``type``,
     #: ``message`` and ``key`` (no traceback: the group's shows theirs)
-    members: tuple[ErrorInfo, ...] = ()
+    members: tuple[ErrorInfo, ...] = attrs.field(default=(), validator=_plain_members)
 
     def to_json(self) -> dict[str, Any]:
         """This error as a JSON-ready dict.
@@ -430,9 +442,9 @@ def set_public_module(module: str, namespace: Mapping[str, object], names: Itera
     *namespace* defined in a private module of tether is shown at its public
     home in tracebacks and reprs (``tether.CodecError``, not
     ``tether._errors.CodecError``). One exported by two packages keeps the
-    first public home it was given. An attrs class's annotations are
-    resolved first, against the module that defines it (attrs and cattrs
-    look them up by ``__module__``).
+    first public home it was given. A class's annotations are resolved
+    first, against the module that defines it (attrs, cattrs and
+    ``typing.get_type_hints`` look them up by ``__module__``).
     """
     for name in names:
         obj = namespace[name]
@@ -441,8 +453,13 @@ def set_public_module(module: str, namespace: Mapping[str, object], names: Itera
         home = obj.__module__
         if home.split(".")[0] != "tether" or not any(p.startswith("_") for p in home.split(".")):
             continue  # not tether's, or at a public home already
-        if isinstance(obj, type) and attrs.has(obj):
-            attrs.resolve_types(obj)
+        if isinstance(obj, type) and "__annotations__" in vars(obj):
+            # String annotations resolve against __module__: resolve them at home
+            # first, so that attrs, cattrs and typing.get_type_hints still can.
+            if attrs.has(obj):
+                attrs.resolve_types(obj)
+            hints = typing.get_type_hints(obj, include_extras=True)
+            obj.__annotations__ = {name: hints[name] for name in vars(obj)["__annotations__"]}
         obj.__module__ = module
 
 

@@ -154,14 +154,12 @@ def shell_join(words: Sequence[str]) -> str:
 
 
 def _shell_word(word: str) -> str:
-    if not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in word):
+    if _CONTROLS.search(word) is None:
         return shlex.quote(word)
-    out = []
-    for c in word:
-        if c in "\\'":
-            out.append("\\" + c)
-        elif ord(c) < 32 or 127 <= ord(c) < 160:
-            out.append(f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return "$'" + "".join(out) + "'"
+
+    def escape(found: re.Match[str]) -> str:
+        c = found.group()
+        return "\\" + c if c in "\\'" else f"\\u{ord(c):04x}"
+
+    # (A lone surrogate, which only a path from argv may hold, comes out as \udXXX.)
+    return "$'" + re.sub("[\\\\']|" + _CONTROLS.pattern, escape, word) + "'"

@@ -355,8 +355,13 @@ async def _reattach(
                 return await _execute_here(run, engine, wf, args, child_id, record)
             except (RunConflictError, LeaseLostError):
                 # Another owner claimed it first, or took it over from us: its
-                # outcome is the child's. (Other conflicts were checked above.)
-                pass
+                # outcome is the child's, if it is this very child. Another call
+                # may have stored another run under this id since it was read
+                # (the conflict was then about that): read it again and check.
+                with StoreErrors(f"reading child run {child_id!r}"):
+                    again = await run.store.get_run(child_id)
+                if again is not None:
+                    _check_same(run, key, wf, args_text, again)
             except Waiting as parked:
                 if parked.wake_at is not None:
                     # Under a worker, the child parked on its timers: this task waits

@@ -132,8 +132,9 @@ def _decode_arg(target: str, i: int, name: str, tp: Any, text: str) -> Any:
     raise BadUsage(f"{first}{given}")
 
 
-def parse_responses(pairs: Sequence[str]) -> dict[str, Any]:
-    """``--respond KEY=VALUE`` answers by key (values JSON, or else plain text).
+def parse_responses(pairs: Sequence[str], given_as: str = "--respond") -> dict[str, Any]:
+    """``KEY=VALUE`` responses by key (values JSON, or else plain text), as *given_as*
+    (``--respond``, or ``tether respond``'s arguments) gives them.
 
     Raises:
         BadUsage: not ``KEY=VALUE``, or a key answered twice (the last one
@@ -144,10 +145,10 @@ def parse_responses(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise BadUsage(f"--respond takes KEY=VALUE, not {pair!r}")
+            raise BadUsage(f"{given_as} takes KEY=VALUE, not {pair!r}")
         if key in given:
             raise BadUsage(
-                f"--respond gives {key!r} twice ({given[key]!r} and {pair!r}); "
+                f"{given_as} gives {key!r} twice ({given[key]!r} and {pair!r}); "
                 "respond to each request once"
             )
         given[key] = pair

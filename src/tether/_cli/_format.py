@@ -53,7 +53,8 @@ def _execution(info: RunInfo, store: str | None, served: frozenset[Served] | Non
             return f"backing off {wake(info)}: its outcome could not be stored"
         return f"parked on its timers {wake(info)}"
     if info.status is RunStatus.DEAD_LETTER:
-        return f"set aside after {info.dispatches} dispatches — {next_step(info, store)}"
+        aside = f"set aside after {info.dispatches} dispatches without an outcome"
+        return f"{aside} — {next_step(info, store)}"
     return "-"
 
 

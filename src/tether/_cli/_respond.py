@@ -99,7 +99,7 @@ def respond_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err:
             a key that is not pending, a workflow the ``--import`` modules do
             not define. Nothing was stored.
     """
-    responses = parse_responses(args.responses)
+    responses = parse_responses(args.responses, "tether respond")
     import_modules(args.imports)
     usage = (InvalidResponseError, UnknownRequestError, UsageError, WorkflowNotFoundError)
     write = functools.partial(_respond, args=args, responses=responses)

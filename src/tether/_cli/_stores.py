@@ -51,7 +51,8 @@ stores:
   sqlite:PATH         a tether.SQLiteStore database file
   file:DIR            a tether.FileStore directory
   memory:             a tether.MemoryStore, gone when the command ends (for
-                      run and bench; a command that reads runs refuses it)
+                      run and bench; submit, worker and a command that
+                      reads runs refuse it)
   postgresql://...    a tether.PostgresStore (needs tether[postgres]); the
                       password is never printed: prefer PGPASSWORD or ~/.pgpass
   sqlite:///ABS/PATH and file:///ABS/DIR are absolute paths; the forms are

@@ -6,9 +6,9 @@ Layer: the command line (``_cli``).
 127.0.0.1:8700 and prints its URL and the token that write actions (responses,
 cancels) need; ``--read-only`` offers none. The store must exist: the
 dashboard never creates one. ``--import MODULE`` loads workflow code, which
-responding to a request needs (the resume executes the run in this process).
-SIGINT or SIGTERM stops it: requests in flight get 2 s, resumes still going
-are cancelled as a caller cancellation (their runs stay resumable).
+responding to a request needs (each response is checked against its type;
+``engine.respond`` then queues the run for the workers: nothing executes in
+this process). SIGINT or SIGTERM stops it: requests in flight get 2 s.
 """
 
 from __future__ import annotations

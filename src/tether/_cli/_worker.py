@@ -35,7 +35,7 @@ from ..stores import Store
 from ._args import decode_args, import_modules, resolve_workflow
 from ._exits import EXIT_FAILED, EXIT_OK
 from ._schedules import module_schedules
-from ._stores import StoreSpec
+from ._stores import STORE_ENV, StoreSpec
 from ._text import cli_message
 
 __all__ = ("LogFormat", "queue_command", "serve", "submit")
@@ -177,6 +177,15 @@ def queue_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: T
     Raises:
         BadUsage: a module does not import, or the workflow or its arguments are wrong.
     """
+    if spec.kind == "memory":
+        # A queue another process serves, or a worker of runs another process submits.
+        print(
+            f"tether: tether {args.command} needs a store other processes share; memory: is "
+            "a new, empty MemoryStore in every process (name another with --store or "
+            f"${STORE_ENV})",
+            file=err,
+        )
+        return EXIT_FAILED
     import_modules(args.imports)
     serves = args.command == "worker" and args.schedules
     schedules = module_schedules(args.imports) if serves else ()

@@ -99,7 +99,9 @@ def show(value: Any, width: int) -> str:
         return repr(value)[:width]
     except RecursionError:
         return "<too deep to show>"
-    except ValueError:
+    except ValueError as exc:
+        if "int" not in str(exc):  # (Python's own words for an int too long to write)
+            return f"<a {type(value).__qualname__} whose repr failed: {exc}>"[:width]
         if isinstance(value, int):
             return f"<an int of {abs(value).bit_length()} bits, too long to show>"[:width]
         return f"<a {type(value).__qualname__} holding an int too long to show>"[:width]

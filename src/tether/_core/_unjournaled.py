@@ -100,7 +100,7 @@ class _Watched(Generator[Any, Any, T]):
     raised instead of what the body ended with.
     """
 
-    __slots__ = ("_coro", "_failure", "_scope", "_send", "_warned", "_what")
+    __slots__ = ("_coro", "_failure", "_open", "_scope", "_send", "_warned", "_what")
 
     def __init__(self, coro: types.CoroutineType[Any, Any, T], what: str) -> None:
         self._coro = coro
@@ -109,9 +109,11 @@ class _Watched(Generator[Any, Any, T]):
         self._scope = trio.CancelScope()
         self._failure: Exception | None = None  # the warning, raised as an error
         self._warned: set[tuple[str, int]] | None = None  # where it warned already
+        self._open = False  # its scope is entered (by __await__) and not yet left
 
     def __await__(self) -> Generator[Any, Any, T]:
         self._scope.__enter__()
+        self._open = True
         return self
 
     # What tools that walk a task's awaits look at: the body's frame and awaits.
@@ -150,7 +152,13 @@ class _Watched(Generator[Any, Any, T]):
         return trap
 
     def close(self) -> None:
-        self._coro.close()
+        """Close the body (as when whatever awaits this is closed), and leave the scope."""
+        try:
+            self._coro.close()
+        finally:
+            if self._open:
+                self._open = False
+                self._scope.__exit__(None, None, None)
 
     def _check(self) -> None:
         if self._warned is None:
@@ -168,6 +176,7 @@ class _Watched(Generator[Any, Any, T]):
         else returns, and *exc* is raised.
         """
         failure, self._failure = self._failure, None
+        self._open = False
         cause: BaseException | None = None
         try:
             if isinstance(exc, StopIteration):

@@ -271,7 +271,7 @@ class Engine:
             return await self._launcher.resume(run_id, responses)
 
     async def respond(self, run_id: str, responses: Mapping[str, Any]) -> None:
-        """Answer the paused run's requests and queue it for the workers; execute nothing.
+        """Respond to the paused run's requests and queue it for the workers; execute nothing.
 
         Each response is encoded and decoded back strictly into the type its
         request asks for (as :meth:`resume` would decode it; the type is

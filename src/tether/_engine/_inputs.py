@@ -140,7 +140,8 @@ def check_responses(record: RunRecord, responses: Mapping[str, Any], owner: str)
         )
     if record.status is RunStatus.COMPLETED:
         raise RunConflictError(f"run {run_id!r} has completed; it takes no responses (got {keys})")
-    pending = [r.key for r in pending_requests(record)] if record.status is RunStatus.PAUSED else []
+    # (A paused run's, or a queued one's that engine.respond answered in part.)
+    pending = [r.key for r in pending_requests(record)]
     unknown = [k for k in responses if k not in pending]
     if unknown:
         raise UnknownRequestError(

@@ -255,9 +255,15 @@ class Outcome:
         """
         record = attrs.evolve(self.record, owner=None, updated_at=utcnow())
         if stored_nothing:
-            delay = timedelta(seconds=redispatch_delay(record.dispatches))
+            # An engine's own claim (engine.run, resume) counted no dispatch: this
+            # execution is one, so that the wait shows as a backoff and counts.
+            dispatches = max(record.dispatches, 1)
+            delay = timedelta(seconds=redispatch_delay(dispatches))
             record = attrs.evolve(
-                record, status=RunStatus.WAITING, wake_at=self.state.clock.now() + delay
+                record,
+                status=RunStatus.WAITING,
+                wake_at=self.state.clock.now() + delay,
+                dispatches=dispatches,
             )
         self.leases.release_later(record, counts=stored_nothing)
 

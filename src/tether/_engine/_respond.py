@@ -4,8 +4,8 @@ Layer: the engine (``_engine``).
 
 A respond never executes the run. It reads the run, finds each pending
 request's response type again by the name stored with the request (in the
-run's workflow module, :func:`~tether._codec._resolve.resolve_type`, unless
-the response is a value of the class the request names), encodes
+run's workflow module, :func:`~tether._codec._resolve.resolve_type`; failing
+that, the response's own class if it has that name), encodes
 each response and decodes it back strictly into that type, exactly as the
 run will when its ``ask`` replays it, and then hands the store the response
 entries. The store journals them and queues the run in one atomic step
@@ -37,6 +37,7 @@ from .._errors import (
 from ..stores._capabilities import Capability, has
 from ..stores._records import Entry, RunRecord
 from ..stores._respond import RespondingStore, decide_respond
+from ..stores._run_ids import check_run_id
 from ..stores._store import Store
 from ._catalog import not_defined_here
 from ._info import pending_requests
@@ -71,8 +72,7 @@ async def respond(
         InvalidResponseError, WorkflowNotFoundError, StoreError: as
         ``engine.respond`` says.
     """
-    if not isinstance(run_id, str) or not run_id:
-        raise UsageError(f"engine.respond() takes a run id, not {run_id!r:.100}")
+    check_run_id(run_id)
     if not isinstance(responses, Mapping) or not responses:
         raise UsageError(
             "engine.respond() takes a non-empty mapping of request keys to responses, "
@@ -109,9 +109,9 @@ def _response_types(
 ) -> dict[str, tuple[str, Any, Any]]:
     """Each key's (type name, type, payload).
 
-    The type is the response's own class when that is the class the request
-    names (a caller that has the type passes a value of it), else it is found
-    by its name in the workflow's module.
+    The type is found by its name in the workflow's module; when that module
+    does not name it, the response's own class is taken if it has that name
+    (a caller that has the type passes a value of it).
 
     Raises:
         WorkflowNotFoundError: the run's workflow is not defined here.
@@ -129,11 +129,10 @@ def _response_types(
     found: dict[str, tuple[str, Any, Any]] = {}
     for key, value in responses.items():
         request = pending[key]  # decide_respond made sure
+        tp: Any = resolve_type(request.response_type, modules)
         own = type(value)
-        if describe(own) == request.response_type:
-            tp: Any = own
-        else:
-            tp = resolve_type(request.response_type, modules)
+        if tp is None and describe(own) == request.response_type:
+            tp = own  # not named by the workflow's module: the caller's class of that name
         if tp is None and request.response_type != "None":
             raise UsageError(
                 f"run {run_id!r}: the response to {key} cannot be checked here: its type "

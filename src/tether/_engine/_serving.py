@@ -35,6 +35,7 @@ from typing import Any, Final, NoReturn, cast
 import trio
 
 from .._core._owners import owner_is_gone
+from .._core._store_calls import StoreErrors
 from .._errors import UsageError
 from ..stores._capabilities import Capability, has
 from ..stores._owners import Served, WorkerAd
@@ -153,15 +154,21 @@ async def live_workers(store: Store) -> list[WorkerAd]:
     Raises:
         UsageError: the store keeps no advertisements.
         CheckpointCorruptError: one cannot be read.
+        StoreError: the store failed.
     """
     advertising = _advertising(store)
     if advertising is None:
         await trio.lowlevel.checkpoint()
-        raise UsageError(
-            f"{store!r} keeps no worker advertisements (it lacks "
-            f"{' and '.join(ADVERTISE_METHODS)}): it cannot tell which workers are alive"
-        )
-    return list(await advertising.list_workers())
+        raise _no_advertisements(store)
+    with StoreErrors("reading the workers' advertisements"):
+        return list(await advertising.list_workers())
+
+
+def _no_advertisements(store: Store) -> UsageError:
+    return UsageError(
+        f"{store!r} keeps no worker advertisements (it lacks "
+        f"{' and '.join(ADVERTISE_METHODS)}): it cannot tell which workers are alive"
+    )
 
 
 #: What to say of an interrupted run that a live worker serves: it need not be resumed.
@@ -178,6 +185,7 @@ async def live_serves(store: Store) -> frozenset[Served] | None:
 
     Raises:
         CheckpointCorruptError: an advertisement cannot be read.
+        StoreError: the store failed.
     """
     if _advertising(store) is None:
         await trio.lowlevel.checkpoint()
@@ -215,7 +223,7 @@ def stranded_text(run: Placed) -> str:
     return (
         f"stranded: no live worker serves workflow {run.workflow!r}{version}, so nobody "
         "will execute this run; start a worker that serves it (tether worker --import "
-        "MODULE), or execute it here with tether resume"
+        "MODULE), or resume it by hand (tether resume)"
     )
 
 
@@ -231,9 +239,9 @@ async def stranded_records(store: Store, selected: RunFilter) -> list[RunRecord]
         RunNotFoundError: ``selected.after`` names no stored run.
         CheckpointCorruptError: a record or an advertisement cannot be read.
     """
-    served: set[Served] = set()
-    for ad in await live_workers(store):
-        served |= ad.serves
+    served = await live_serves(store)
+    if served is None:
+        raise _no_advertisements(store)
     statuses = _WAITING if selected.status is None else _WAITING & selected.status
     if not statuses or selected.limit == 0:
         return []

@@ -125,7 +125,7 @@ class Actions:
         except RunConflictError as exc:
             self.notes[run_id] = f"no response taken: {exc}"
             return Outcome(409)
-        self.notes[run_id] = f"responded to {key}; the run is queued for the workers"
+        self.notes[run_id] = f"responded to {key} and queued the run for the workers"
         return Outcome(303)
 
     async def cancel(self, run_id: str) -> None:

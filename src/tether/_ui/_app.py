@@ -2,12 +2,14 @@
 
 Layer: the dashboard (``_ui``).
 
-:func:`open_dashboard` opens an engine on the store and a nursery for the
-resumes that responses start; :func:`dashboard_app` is the ASGI app;
+:func:`open_dashboard` opens an engine on the store (the dashboard executes
+no run: a response is recorded for the workers, ``engine.respond``);
+:func:`dashboard_app` is the ASGI app;
 :func:`serve` runs it with Hypercorn's trio worker, in the caller's trio loop.
 
 Every request needs a ``Host`` this server answers to, when it is bound to a
-loopback address: ``127.0.0.1``, ``localhost`` or ``[::1]`` at its port. Any
+loopback address: ``127.0.0.1``, ``localhost``, ``[::1]`` or the address it
+is bound to, at its port. Any
 other name leads here only by DNS rebinding (a page of another site whose
 name now resolves to 127.0.0.1): it is refused with 403 and a line of plain
 text, pages and writes alike, so such a page can read no run.
@@ -185,7 +187,7 @@ async def _runs(dash: Dashboard, request: Request) -> Response:
         return _problem(dash, request, 404, "No such page", str(exc))
     runs, more = found[:limit], len(found) > limit
     live = any(r.status in (RunStatus.RUNNING, RunStatus.QUEUED) for r in runs)
-    ctx = _ctx(dash, request)
+    ctx = attrs.evolve(_ctx(dash, request), served=await internals(dash.engine).served())
     shown_status = statuses[0] if len(statuses) == 1 else ""
     table = runs_table(
         runs,
@@ -374,10 +376,11 @@ class _HostCheck:
         if scope["type"] == "http":
             host = Request(scope).headers.get("host", "")
             server = scope.get("server") or ("", 0)
-            if is_loopback(str(server[0])) and host not in _loopback_hosts(int(server[1] or 80)):
+            bound, port = str(server[0]), int(server[1] or 80)
+            if is_loopback(bound) and host not in _loopback_hosts(bound, port):
                 text = (
                     f"tether ui: refused: unexpected Host header {host!r} (this dashboard "
-                    f"answers to 127.0.0.1:{server[1]}, localhost:{server[1]} or [::1]:{server[1]})"
+                    f"answers to {bound}, 127.0.0.1, localhost or [::1], at port {port})"
                 )
                 await PlainTextResponse(text, 403, headers=_HEADERS)(scope, receive, send)
                 return
@@ -392,9 +395,12 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _loopback_hosts(port: int) -> frozenset[str]:
-    """The ``Host`` headers of this server on a loopback address (no port: port 80)."""
-    names = ("127.0.0.1", "localhost", "[::1]")
+def _loopback_hosts(bound: str, port: int) -> frozenset[str]:
+    """The ``Host`` headers of this server, bound to the loopback address *bound* (any
+    of 127/8, ``::1``) at *port*: that address and the usual loopback names (no port:
+    port 80)."""
+    address = f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound
+    names = {address, "127.0.0.1", "localhost", "[::1]"}
     return frozenset([f"{n}:{port}" for n in names] + (list(names) if port == 80 else []))
 
 

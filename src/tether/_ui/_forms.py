@@ -57,7 +57,7 @@ class Field:
     label: str
     kind: FieldKind
     #: the type the value decodes into; ``None`` when it is not known here
-    #: (a JSON field then, checked only by the engine when the run resumes)
+    #: (a JSON field then, checked by ``engine.respond`` against the type it finds)
     tp: Any
     type_name: str  #: the type, as shown
     choices: tuple[tuple[str, str], ...] = ()  #: (submitted text, label), for bool and enum
@@ -174,7 +174,7 @@ def decode(form: Form, data: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
 
     The errors map a field's name to what is wrong with it (``""``: the answer
     as a whole, e.g. a class's own validator refused it). With errors, the
-    answer must not be used. The answer is what ``engine.resume`` takes as the
+    answer must not be used. The answer is what ``engine.respond`` takes as the
     request's response; it decoded here exactly as the engine decodes it.
     """
     values: dict[str, Any] = {}

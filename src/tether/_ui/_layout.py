@@ -230,7 +230,8 @@ def execution(info: RunInfo, store: str, served: frozenset[Served] | None = None
             )
         return esc(f"parked on its timers until {when(info.wake_at)} UTC")
     if info.status is RunStatus.DEAD_LETTER:
-        return esc(f"set aside after {info.dispatches} dispatches; resume it once fixed")
+        aside = f"set aside after {info.dispatches} dispatches without an outcome"
+        return esc(f"{aside}; resume it once fixed")
     return Markup("")
 
 

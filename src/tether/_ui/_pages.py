@@ -113,7 +113,7 @@ def runs_table(
             tag("td", when(r.created_at), class_="nw"),
             tag("td", when(r.updated_at), class_="nw"),
             tag("td", str(len(r.requests)) if r.requests else ""),
-            tag("td", execution(r, ctx.store)),
+            tag("td", execution(r, ctx.store, ctx.served)),
             data_run=r.run_id,
             data_status=r.status.value,
         )

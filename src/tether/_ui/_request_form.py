@@ -24,7 +24,8 @@ def _hint(form: Form) -> str:
     if form.tp is None:
         return (
             f"The type {form.type_name} is not known here: type the response as JSON (or plain "
-            "text for a string). It is checked when the run resumes."
+            "text for a string). When you respond, it is checked against the type the "
+            "workflow's module names."
         )
     if form.composite:
         return "Each field is decoded strictly into its type; a JSON field takes a JSON value."

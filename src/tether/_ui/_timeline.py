@@ -28,7 +28,6 @@ hours for a human) are drawn as a short break labelled with their length.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -36,6 +35,8 @@ from typing import Final
 
 import attrs
 
+from .._api._timers import due_of
+from .._errors import CheckpointCorruptError
 from ..stores._records import Entry, EntryKind, EntryStatus
 from ._html import Markup, tag
 
@@ -89,21 +90,20 @@ def format_duration(seconds: float) -> str:
 
 def timer_due(entry: Entry) -> datetime | None:
     """When the timer *entry* journals was due (``None``: not a timer, or no due time)."""
-    if entry.kind is not EntryKind.TIMER or entry.value is None:
+    if entry.kind is not EntryKind.TIMER:
         return None
     try:
-        due = json.loads(entry.value).get("due")
-        moment = datetime.fromisoformat(due) if isinstance(due, str) else None
-    except (ValueError, AttributeError):
-        return None
-    return moment if moment is not None and moment.utcoffset() is not None else None
+        return due_of(entry, entry.run_id)
+    except CheckpointCorruptError:
+        return None  # shown as stored; reading the run says it is damaged
 
 
 def own_duration(entry: Entry) -> timedelta:
     """How long the call *entry* records took: from its start to its finish; a timer's,
     to when it was due (its entry is journaled as it starts, so its finish is its start)."""
     due = timer_due(entry)
-    return (entry.finished_at if due is None else due) - entry.started_at
+    # A timer set for a moment already past (sleep_until) was due at once: no time.
+    return (entry.finished_at if due is None else max(due, entry.started_at)) - entry.started_at
 
 
 def entries_count(n: int) -> str:

@@ -41,7 +41,7 @@ from ._file_calls import FileCalls
 from ._file_journal import FileJournal
 from ._file_mailbox import FileMailbox
 from ._file_owners import FileOwners
-from ._leases import check_owner, check_ttl
+from ._leases import check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
@@ -183,6 +183,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         """
         check_owner(owner)
         ttl = check_ttl(ttl)
+        held = check_held(held)
         result: Renewal = await self._call(
             f"renewing the leases of {owner}", self._renew_sync, owner, ttl, dict(held)
         )
@@ -391,13 +392,14 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         return message
 
     async def respond(self, run_id: str, entries: Sequence[Entry], *, now: datetime) -> RunRecord:
-        """Queue the run and journal the responses, under the run's lock.
+        """Journal the responses and queue the run, under the run's lock.
 
         See :meth:`RespondingStore.respond <tether.stores.RespondingStore.respond>`.
-        Two writes under one lock, the record first: a crash between them
-        leaves the run queued without the responses (it asks again), never
-        responses journaled for a run that is still paused. A checkpoint;
-        cancelled, see the class doc.
+        Two writes under one lock, the responses first: one that fails between
+        them leaves the run paused with its responses journaled; a retry keeps
+        those (a response already journaled for a key is not stored again) and
+        writes the record. The run is never queued without its responses. A
+        checkpoint; cancelled, see the class doc.
 
         Raises:
             RunNotFoundError, RunConflictError, UnknownRequestError, UsageError: see there.

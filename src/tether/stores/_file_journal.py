@@ -52,7 +52,7 @@ from ._file_lock import FileLocking
 from ._file_threads import Session
 from ._leases import check_append
 from ._record_json import RecordDecodeError, loads_record
-from ._records import Entry, RunRecord
+from ._records import Entry, EntryKind, RunRecord
 from ._respond import decide_respond
 from ._run_ids import check_run_id
 
@@ -76,12 +76,17 @@ class FileJournal(FileLocking):
                 keys=[e.key for e in entries],
                 now=now,
             )
-            # The record first: a crash between the two writes leaves the run
-            # queued without the responses (its worker asks again), never
-            # responses journaled for a run still paused.
-            self._replace_run(folder, record)
+            # The responses first, then the record: two writes under the run's
+            # lock. One that fails between them leaves the run paused with a
+            # response journaled, which a retry finds (a response already
+            # journaled for its key is kept, not stored twice) before it
+            # writes the record; the run is never queued without its responses.
             with self._run_lock(run_id):
-                self._append_decided(run_id, folder, entries)
+                answered = {e.key for e in self._load_sync(run_id) if e.kind is EntryKind.RESPONSE}
+                fresh = [e for e in entries if e.key not in answered]
+                if fresh:
+                    self._append_decided(run_id, folder, fresh)
+            self._replace_run(folder, record)
         return record
 
     def _append_decided(self, run_id: str, folder: Path, entries: list[Entry]) -> list[Entry]:

@@ -44,6 +44,7 @@ __all__ = (
     "ClaimDecision",
     "check_append",
     "check_delete",
+    "check_held",
     "check_owner",
     "check_ttl",
     "decide_cancel",
@@ -93,6 +94,24 @@ def check_owner(owner: object) -> str:
     if not isinstance(owner, str) or _OWNER.fullmatch(owner) is None:
         raise UsageError(f"a lease owner is a short name without '/', not {owner!r:.100}")
     return owner
+
+
+def check_held(held: object) -> Mapping[str, int]:
+    """``renew``'s *held*, validated: a mapping of run ids (:func:`check_run_id`) to tokens.
+
+    Raises:
+        UsageError: not a mapping, a key that is not a valid run id, or a token
+            that is not a non-negative integer.
+    """
+    if not isinstance(held, Mapping):
+        raise UsageError(f"renew(held=) takes a mapping of run ids to tokens, not {held!r:.100}")
+    for run_id, token in held.items():
+        check_run_id(run_id)
+        if type(token) is not int or token < 0:
+            raise UsageError(
+                f"renew(held=) maps run {run_id!r} to {token!r:.60}, not a fencing token"
+            )
+    return held
 
 
 def check_ttl(ttl: object) -> float:

@@ -16,6 +16,7 @@ from .._errors import RunConflictError, RunNotFoundError
 from ._leases import (
     check_append,
     check_delete,
+    check_held,
     check_owner,
     check_ttl,
     decide_cancel,
@@ -226,6 +227,7 @@ class MemoryStore:
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         check_owner(owner)
         ttl = check_ttl(ttl)
+        held = check_held(held)
         await trio.lowlevel.checkpoint()
         if ttl:
             self._leases[owner] = self._clock() + ttl

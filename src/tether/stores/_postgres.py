@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar, final
 import trio
 
 from .._errors import UsageError
-from ._leases import check_owner, check_ttl
+from ._leases import check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd
 from ._postgres_conn import Abandoned, Call, Connections, describe, psycopg_module
@@ -365,6 +365,7 @@ class PostgresStore:
         """
         check_owner(owner)
         ttl = check_ttl(ttl)
+        held = check_held(held)
         return await self._call(
             f"renewing the leases of {owner}",
             lambda conn, retrying: self._tables.renew(conn, owner, ttl, held),

@@ -360,6 +360,26 @@ class Tables:
             self.notify(conn)
             return stored
 
+    def insert_entries(self, conn: Any, appending: Appending) -> list[int | Entry]:
+        """Insert decided entries (fenced, or a respond) with the run's next seqs, its row
+        locked by the caller: an entry already stored (same ``ikey``) is returned instead.
+
+        Each item is the new entry's seq, or the stored entry it equals.
+        """
+        run_id = appending.run_id
+        ((_, last),) = conn.execute(self.sql.last_seqs, ([run_id],)).fetchall()
+        last = last or 0
+        stored: list[int | Entry] = []
+        for i, ikey in enumerate(appending.ikeys):
+            twin = conn.execute(self.sql.twin, (run_id, ikey)).fetchone()
+            if twin is not None:
+                stored.append(self.decode_entry(run_id, *twin))
+                continue
+            last += 1
+            conn.execute(self.sql.insert_entry, (run_id, last, ikey, row_data(appending, i, last)))
+            stored.append(last)
+        return stored
+
     def respond(self, conn: Any, retrying: bool, appending: Appending, now: datetime) -> RunRecord:
         """Journal responses and queue the run in one transaction; notifies watchers.
 
@@ -383,13 +403,7 @@ class Tables:
             record = decide_respond(
                 current, run_id=run_id, keys=[e.key for e in appending.entries], now=now
             )
-            ((_, last),) = conn.execute(self.sql.last_seqs, ([run_id],)).fetchall()
-            last = last or 0
-            for i, ikey in enumerate(appending.ikeys):
-                last += 1
-                conn.execute(
-                    self.sql.insert_entry, (run_id, last, ikey, row_data(appending, i, last))
-                )
+            self.insert_entries(conn, appending)
             conn.execute(self.sql.put_run, _run_params(record))
             self.notify(conn)
             return record

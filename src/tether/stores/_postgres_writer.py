@@ -242,18 +242,7 @@ class Writer:
             raise self._no_run(run_id)
         _, owner, token = row
         check_append(run_id, appending.entries, token=token, owner=owner)
-        ((_, last),) = conn.execute(sql.last_seqs, ([run_id],)).fetchall()
-        last = last or 0
-        stored: list[int | Entry] = []
-        for i, ikey in enumerate(appending.ikeys):
-            twin = conn.execute(sql.twin, (run_id, ikey)).fetchone()
-            if twin is not None:
-                stored.append(self._tables.decode_entry(run_id, *twin))
-                continue
-            last += 1
-            conn.execute(sql.insert_entry, (run_id, last, ikey, row_data(appending, i, last)))
-            stored.append(last)
-        return stored
+        return self._tables.insert_entries(conn, appending)
 
     def _no_run(self, run_id: str) -> RunNotFoundError:
         return RunNotFoundError(

@@ -129,7 +129,10 @@ def check_run_filter(
     if version is not None and (not isinstance(version, str) or not version):
         raise UsageError(f"version must be a workflow version, not {version!r}")
     if after is not None:
-        check_run_id(after)
+        try:
+            check_run_id(after)
+        except UsageError as exc:
+            raise UsageError(f"after= names no possible run: {exc}") from None
     if limit is not None and (
         not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= _MAX_LIMIT
     ):

@@ -27,7 +27,13 @@ from typing import Final, Protocol, runtime_checkable
 
 import attrs
 
-from .._errors import RunConflictError, RunNotFoundError, UnknownRequestError, UsageError
+from .._errors import (
+    CheckpointCorruptError,
+    RunConflictError,
+    RunNotFoundError,
+    UnknownRequestError,
+    UsageError,
+)
 from ._records import Entry, EntryKind, RunRecord, RunStatus, request_from_json
 from ._run_ids import check_run_id
 
@@ -141,7 +147,13 @@ def decide_respond(
             owner=current.owner,
             expires_at=current.lease_expires_at,
         )
-    pending = {request_from_json(text).key: text for text in current.requests}
+    try:
+        pending = {request_from_json(text).key: text for text in current.requests}
+    except ValueError as exc:
+        raise CheckpointCorruptError(
+            f"run {run_id!r}: a stored pending request cannot be read ({exc}); nothing was "
+            "journaled"
+        ) from None
     unknown = [k for k in keys if k not in pending]
     if unknown and status is RunStatus.PAUSED:
         raise UnknownRequestError(
@@ -152,7 +164,7 @@ def decide_respond(
     if unknown:
         raise RunConflictError(
             f"run {run_id!r} is {status.value} and does not wait for "
-            f"{', '.join(map(repr, unknown))}: answered already, or not asked yet; nothing "
+            f"{', '.join(map(repr, unknown))}: responded to already, or not asked yet; nothing "
             "was journaled"
         )
     return attrs.evolve(

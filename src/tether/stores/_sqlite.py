@@ -32,7 +32,7 @@ from typing import final
 import trio
 
 from .._errors import UsageError
-from ._leases import ClaimDecision, check_owner, check_ttl
+from ._leases import ClaimDecision, check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd, dumps_served
 from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
@@ -248,6 +248,7 @@ class SQLiteStore:
         """
         check_owner(owner)
         ttl = check_ttl(ttl)
+        held = check_held(held)
         result: Renewal = await self._writer.queued(
             lambda conn: self._tables.renew(conn, owner, ttl, held),
             f"renewing the leases of {owner}",

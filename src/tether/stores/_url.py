@@ -61,8 +61,10 @@ FORMS: Final = (
     "or postgresql://USER@HOST:PORT/DBNAME"
 )
 
-_PASSWORD_IN_AUTHORITY = re.compile(r"(://[^/@:]*):[^/@]*@")
-_PASSWORD_PARAMETER = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
+# Up to the last "@" of the URL: a password may hold "/" or "@" written as they are.
+_PASSWORD_IN_AUTHORITY = re.compile(r"(://[^/@:\s]*):\S*@")
+# A conninfo's value may be quoted ('a b'), with backslash escapes.
+_PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('(?:\\.|[^'\\])*'|[^&\s]*)", re.IGNORECASE)
 
 
 def hide_password(text: str) -> str:

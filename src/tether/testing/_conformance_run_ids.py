@@ -80,6 +80,9 @@ async def check_run_id_rule(ctx: Ctx) -> None:
 
 
 def _names(exc: Exception, run_id: str, what: str) -> None:
+    if not run_id:
+        assert "empty" in str(exc), f"{what}: the UsageError does not say the id is empty: {exc}"
+        return
     shown = repr(run_id)[1:20]  # (the start of the id, escaped)
     assert shown in str(exc), f"{what}: the UsageError does not name the id ({shown!r}): {exc}"
 

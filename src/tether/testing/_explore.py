@@ -309,12 +309,21 @@ class Explorer:
         Raises:
             UsageError: always, saying how to send them.
         """
-        sent = ", ".join(sorted({n for n, _ in self.messages})) or "none"
+        given = {n for n, _ in self.messages}
+        sent = ", ".join(sorted(given)) or "none"
         pairs = ", ".join(f"({n!r}, ...)" for n in names)
+        never = [n for n in names if n not in given]
+        short = [n for n in names if n in given]
+        if not short:
+            why = f"which explore() never sends (it sends: {sent})"
+        else:
+            fewer = ", ".join(map(repr, short))
+            why = f"of which explore() sends fewer than the run receives ({fewer})"
+            why += f" or none ({', '.join(map(repr, never))})" if never else ""
         raise UsageError(
             f"workflow {self.workflow.name}: the uninterrupted run waits in tether.receive for "
-            f"message {', '.join(map(repr, names))}, which explore() never sends (it sends: "
-            f"{sent}); pass the messages the run receives, in the order they are sent: "
+            f"message {', '.join(map(repr, names))}, {why}; pass the messages the run "
+            "receives, in the order they are sent: "
             f"explore(..., messages=[{pairs}]); they are sent to the run as it is created"
         )
 

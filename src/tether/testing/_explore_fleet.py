@@ -28,7 +28,6 @@ expire, not a gone owner of this machine taken over at once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final, final
 
 import attrs
@@ -47,6 +46,7 @@ from ..stores._records import RunStatus
 from ..stores._store import Store
 from ._clock import hold_clock
 from ._explore_fleet_checks import check_fencing, check_journal, check_owners
+from ._explore_leases import EPOCH
 from ._explore_shared import Connection, Landed, Refused, SharedStore, label_after, label_before
 from ._faults import SimulatedCrash
 from ._faulty import FaultyStore
@@ -56,7 +56,6 @@ __all__ = ("SUBMITTER", "Options", "Outcome", "Trial", "WorkerTrial")
 #: The submitting process's name in point names.
 SUBMITTER: Final = "submitter"
 #: What the simulated processes' wall clock reads at virtual time 0.
-_EPOCH: Final = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @attrs.frozen(kw_only=True)
@@ -128,7 +127,7 @@ class Process:
             hooks=(),
             save_timeout=options.save_timeout,
             lease_ttl=options.lease_ttl,
-            clock=TrioWallClock(_EPOCH),  # virtual time: a run's wake_at comes in it
+            clock=TrioWallClock(EPOCH),  # virtual time: a run's wake_at comes in it
         )
         self.scope = trio.CancelScope()  # the process's life: cancelled by a crash
         self.stop = trio.Event()  # the trial is over: leave the worker block

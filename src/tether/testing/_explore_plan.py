@@ -194,8 +194,14 @@ def encode_messages(
         raise UsageError(
             f"{caller} takes messages=[(name, value), ...] (a list of pairs), not {messages!r:.100}"
         )
+    try:
+        items = list(messages)
+    except TypeError:
+        raise UsageError(
+            f"{caller} takes messages=[(name, value), ...] (a list of pairs), not {messages!r:.100}"
+        ) from None
     encoded: list[tuple[str, str]] = []
-    for item in messages:
+    for item in items:
         if not isinstance(item, tuple | list) or len(item) != 2 or not isinstance(item[0], str):
             raise UsageError(
                 f"{caller}: each of messages= is a (name, value) pair, not {item!r:.100}"

@@ -221,8 +221,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "tether_stores(*kinds): the store kinds tether's store fixtures run over"
     )
     # A workflow awaiting what tether does not journal fails its test: it is
-    # cancelled at that await and the run fails with the warning.
-    config.addinivalue_line("filterwarnings", "error::tether.UnjournaledAwaitWarning")
+    # cancelled at that await and the run fails with the warning. First in the
+    # list, so that a project's own filterwarnings (later ones win) can ignore it.
+    config.getini("filterwarnings").insert(0, "error::tether.UnjournaledAwaitWarning")
 
 
 def _seeds(metafunc: pytest.Metafunc, marker: pytest.Mark) -> list[int]:
