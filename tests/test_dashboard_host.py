@@ -3,8 +3,9 @@
 A page of another site whose name is made to resolve to 127.0.0.1 (DNS
 rebinding) sends its requests with that name as ``Host``. The dashboard, on
 a loopback address, answers only to ``127.0.0.1``, ``localhost``,
-``[::1]`` and the address it is bound to, at its port: pages, timelines and writes alike. Real HTTP, to the
-server ``tether ui`` runs (Hypercorn), on a free port.
+``[::1]`` and the address it is bound to, at its port: pages, timelines and
+writes alike. Real HTTP, to the server ``tether ui`` runs (Hypercorn), on a
+free port.
 """
 
 from __future__ import annotations
