@@ -11,6 +11,7 @@ them on another database instead.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,12 @@ def fleet_database(postgres_server: _postgres.PostgresServer) -> Iterator[str]:
     finally:
         postgres_server.cont()  # whatever happened, the server runs for the next test
         _fleet.drop_database(postgres_server, name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def process_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL that processes share: an SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'runs.db'}"
+    url: str = request.getfixturevalue("fleet_database")
+    return url

@@ -331,16 +331,11 @@ MAX_DISPATCHES = 3
 POISON_DELAY = 0.1
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'fleet.db'}"
-    url: str = request.getfixturevalue("fleet_database")
-    return url
-
-
 @pytest.mark.slow
-def test_a_poison_run_is_dead_lettered_and_the_others_complete(tmp_path: Path, spec: str) -> None:
+def test_a_poison_run_is_dead_lettered_and_the_others_complete(
+    tmp_path: Path, process_store_url: str
+) -> None:
+    spec = process_store_url
     logs = tmp_path / "logs"
     logs.mkdir()
     raw = RawStore(spec)

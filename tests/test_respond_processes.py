@@ -30,14 +30,6 @@ from ._poll import apoll
 TOKEN = "respond-token"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'runs.db'}"
-    url: str = request.getfixturevalue("fleet_database")
-    return url
-
-
 def step_pids(info: tether.RunInfo) -> dict[str, int]:
     """The pid each step of the run recorded, by its label's key."""
     return {e.key: json.loads(e.value or "0") for e in info.entries if e.kind is EntryKind.STEP}
@@ -50,8 +42,9 @@ async def status_of(engine: tether.Engine, run_id: str) -> RunStatus | None:
 
 @pytest.mark.slow
 async def test_answers_are_executed_by_the_worker_not_by_whoever_answered(
-    tmp_path: Path, spec: str
+    tmp_path: Path, process_store_url: str
 ) -> None:
+    spec = process_store_url
     logs = tmp_path / "logs"
     logs.mkdir()
     env = _fleet.process_env(spec, logs)

@@ -34,7 +34,7 @@ from ..stores import Store
 from ._args import import_modules, parse_responses
 from ._exits import EXIT_OK
 from ._stores import StoreSpec
-from ._writes import write_to_run
+from ._writes import add_run_command, write_to_run
 
 __all__ = ("add_respond_command", "respond_command")
 
@@ -60,16 +60,9 @@ def add_respond_command(
     *imports* gives ``--store`` and ``--import``; *command* makes a subcommand
     whose help ends with its stores and *exits*.
     """
-    respond: argparse.ArgumentParser = command(
-        sub,
-        "respond",
-        creates=False,
-        exits=exits,
-        parents=[imports],
-        help=_HELP,
-        description=_DESCRIPTION,
+    respond = add_run_command(
+        sub, "respond", imports, command, exits, help=_HELP, description=_DESCRIPTION
     )
-    respond.add_argument("run_id", metavar="RUN_ID")
     respond.add_argument(
         "responses",
         nargs="+",

@@ -39,7 +39,7 @@ from ._args import import_modules
 from ._exits import EXIT_OK, BadUsage
 from ._stores import StoreSpec
 from ._text import json_text
-from ._writes import write_to_run
+from ._writes import add_run_command, write_to_run
 
 __all__ = ("add_send_command", "send_command")
 
@@ -65,16 +65,9 @@ def add_send_command(
     *imports* gives ``--store`` and ``--import``; *command* makes a subcommand
     whose help ends with its stores and *exits*.
     """
-    send: argparse.ArgumentParser = command(
-        sub,
-        "send",
-        creates=False,
-        exits=exits,
-        parents=[imports],
-        help=_HELP,
-        description=_DESCRIPTION,
+    send = add_run_command(
+        sub, "send", imports, command, exits, help=_HELP, description=_DESCRIPTION
     )
-    send.add_argument("run_id", metavar="RUN_ID")
     send.add_argument(
         "name", metavar="NAME", help="the message's name, as the workflow declares it"
     )

@@ -12,8 +12,9 @@ takes no such write now (finished, executing), is exit status 1.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TextIO, TypeVar
+import argparse
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TextIO, TypeVar
 
 import trio
 
@@ -22,7 +23,7 @@ from ..stores import Store
 from ._exits import EXIT_FAILED, EXIT_OK, BadUsage
 from ._stores import StoreSpec
 
-__all__ = ("write_to_run",)
+__all__ = ("add_run_command", "write_to_run")
 
 T = TypeVar("T")
 
@@ -56,3 +57,32 @@ def write_to_run(
     except TetherError as exc:
         print(f"tether: {spec}: {type(exc).__name__}: {exc}", file=err)
     return EXIT_FAILED, None
+
+
+def add_run_command(
+    sub: Any,
+    name: str,
+    imports: argparse.ArgumentParser,
+    command: Callable[..., argparse.ArgumentParser],
+    exits: Sequence[int],
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """Add the command *name*, which writes to the stored run ``RUN_ID`` (its first argument).
+
+    *imports* gives ``--store`` and ``--import``; *command* makes a subcommand
+    whose help ends with its stores and *exits*. The command never creates a
+    store.
+    """
+    parser = command(
+        sub,
+        name,
+        creates=False,
+        exits=exits,
+        parents=[imports],
+        help=help,
+        description=description,
+    )
+    parser.add_argument("run_id", metavar="RUN_ID")
+    return parser
