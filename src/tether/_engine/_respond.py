@@ -81,8 +81,8 @@ async def respond(
     if not has(store, Capability.RESPOND):
         raise UsageError(
             f"{store!r} cannot take responses for the workers: it has no respond() "
-            "(tether.stores.RespondingStore); answer with engine.resume, which executes "
-            "the run here"
+            "(tether.stores.RespondingStore); respond with engine.resume(run_id, "
+            "responses=...), which executes the run here"
         )
     with StoreErrors(f"reading run {run_id!r}"):
         record = await store.get_run(run_id)
