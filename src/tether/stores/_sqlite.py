@@ -16,7 +16,9 @@ The store is six modules, each using only the ones before it:
 :mod:`._sqlite_writer` (the writer thread and group commit: why the hand-off
 costs what it costs, and how a batch of appends takes few statements), and
 this one, the store itself: its options, its lifetime and the protocol's
-async methods.
+async methods. Whole because it is one class, the store's async face: each
+method validates, then hands one call to the writer or a reader, and
+splitting the class would split it by size alone.
 """
 
 from __future__ import annotations
