@@ -210,17 +210,17 @@ class Leases:
                     await self._wait()
                 finally:
                     self._idle = False
+            # Before any store call (a release may take long while the store is
+            # down or restarting): leases unconfirmed for lease_ttl are lost at
+            # once, so that a process waking from a pause stops its runs before
+            # they execute more steps.
+            self._lose_expired()
             await self._release_pending()
             await self._release_unsure()
-            if not self.held:
+            if not self.held or self._lose_expired():  # (the releases took long)
                 continue
             now = trio.current_time()
-            if now >= self._confirmed + self.ttl:
-                self._lose_all(
-                    f"no lease renewal succeeded for lease_ttl={self.ttl} s (this process "
-                    "was paused, or the store did not answer)"
-                )
-            elif (
+            if (
                 now >= self._confirmed + self.ttl / 3
                 and now >= retry_at
                 and not await self._renew()
@@ -246,10 +246,21 @@ class Leases:
         self._wake = trio.Event()
 
     async def _release_pending(self) -> None:
+        """Write the pending releases, each bounded by ``lease_ttl / 3``: a store that hangs
+        must not hold up the renewals of the runs still held (an abandoned release
+        expires after ``lease_ttl``)."""
         while self._releases:
+            self._lose_expired()
             run_id, record = next(iter(self._releases.items()))
             try:
-                await self.store.update_run(record)
+                with trio.move_on_after(self.ttl / 3) as bounded:
+                    await self.store.update_run(record)
+                if bounded.cancelled_caught:
+                    log.warning(
+                        "tether: releasing the lease of run %s took over lease_ttl/3; left to "
+                        "expire after lease_ttl",
+                        run_id,
+                    )
             except LeaseLostError:
                 pass  # claimed again since: nothing of ours to release
             except Exception as exc:
@@ -316,6 +327,16 @@ class Leases:
                 f"(token {token}): {why}. The run was stopped; nothing more was written."
             )
         )
+
+    def _lose_expired(self) -> bool:
+        """Lose every lease held when none was confirmed for ``lease_ttl``; whether it did."""
+        if not self.held or trio.current_time() < self._confirmed + self.ttl:
+            return False
+        self._lose_all(
+            f"no lease renewal succeeded for lease_ttl={self.ttl} s (this process was "
+            "paused, or the store did not answer)"
+        )
+        return True
 
     def _lose_all(self, why: str) -> None:
         for run_id, h in list(self.held.items()):

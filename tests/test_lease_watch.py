@@ -1,0 +1,68 @@
+"""The lease task stays on time whatever the store does with a release.
+
+A release (a run cut short by its caller, written by the renewal task) that
+hangs in the store must not stop the renewals of the runs still held: before,
+the task waited on it forever, the held run's lease lapsed in the store while
+its execution went on, and another engine took the run over under a live
+execution. Virtual time; a real MemoryStore behind FaultyStore.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import trio
+import trio.testing
+
+import tether
+from tether.stores import RunRecord
+from tether.testing import FaultyStore, Hang
+
+TTL = 2.0
+gate = trio.Event()
+
+
+@tether.step
+async def hold() -> str:
+    await gate.wait()
+    return "held"
+
+
+@tether.workflow(name="tests.lease_watch.hold")
+async def holding() -> str:
+    return await hold()
+
+
+async def test_a_hanging_release_does_not_stop_the_renewals(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    global gate
+    gate = trio.Event()
+    inner = tether.MemoryStore()
+    store = FaultyStore(inner)
+
+    def is_release(record: RunRecord) -> bool:
+        return record.run_id == "cut" and record.owner is None
+
+    store.inject("update_run", Hang(), when=is_release)
+    async with tether.open_engine(store, lease_ttl=TTL) as engine:
+        with trio.move_on_after(0.5):  # cut short by its caller: released later, and that hangs
+            await engine.run(holding, run_id="cut")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(engine.run, holding, run_id="kept"))
+            await trio.sleep(10 * TTL)  # virtual: many renewal intervals
+            async with tether.open_engine(inner, lease_ttl=TTL) as other:
+                # Its lease is live, renewed all along: refused at once. (Were it
+                # lapsed, this would take the run over and wait on its gate.)
+                with pytest.raises(tether.RunConflictError, match="kept"):
+                    await other.resume("kept", timeout=5 * TTL)
+            gate.set()
+    info = await tether_get(inner, "kept")
+    assert info == "completed"
+
+
+async def tether_get(store: tether.MemoryStore, run_id: str) -> str:
+    record = await store.get_run(run_id)
+    assert record is not None
+    return record.status.value
