@@ -312,6 +312,9 @@ class Leases:
                     if h is not None and h.token == held[run_id]:
                         h.cancelled()
                 return True
+            # Cut short at the leases' expiry (the store hung, or this process was
+            # paused in the call): lost now, in this same step, not a loop later.
+            self._lose_expired()
         except Exception as exc:
             log.warning("tether: renewing the leases of %s failed: %r", self.owner, exc)
         return False
