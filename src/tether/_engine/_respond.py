@@ -34,9 +34,9 @@ from .._errors import (
     UsageError,
     WorkflowNotFoundError,
 )
-from ..stores._capabilities import Capability, has
+from ..stores._capabilities import responder_of
 from ..stores._records import Entry, RunRecord
-from ..stores._respond import RespondingStore, decide_respond
+from ..stores._respond import decide_respond
 from ..stores._run_ids import check_run_id
 from ..stores._store import Store
 from ._catalog import not_defined_here
@@ -78,7 +78,8 @@ async def respond(
             "engine.respond() takes a non-empty mapping of request keys to responses, "
             f"not {responses!r:.100}"
         )
-    if not has(store, Capability.RESPOND):
+    responder = responder_of(store)
+    if responder is None:
         raise UsageError(
             f"{store!r} cannot take responses for the workers: it has no respond() "
             "(tether.stores.RespondingStore); respond with engine.resume(run_id, "
@@ -89,19 +90,14 @@ async def respond(
     if record is None:
         raise RunNotFoundError(f"no run {run_id!r} in {store!r}: nothing was journaled")
     keys = list(responses)
+    when = now()
     # Decided here first, on what was read, so that a bad respond is refused
     # with the store's own words before any work; the store decides again.
-    decide_respond(record, run_id=run_id, keys=keys, now=now())
+    decide_respond(record, run_id=run_id, keys=keys, now=when)
     types = _response_types(record, responses, find)
-    when = now()
     entries = [_entry(record, key, responses[key], types[key], when) for key in keys]
     with StoreErrors(f"responding to run {run_id!r}"):
-        stored: RunRecord = await _responding(store).respond(run_id, entries, now=now())
-    return stored
-
-
-def _responding(store: Store) -> RespondingStore:
-    return store  # type: ignore[return-value]  # has(store, Capability.RESPOND)
+        return await responder.respond(run_id, entries, now=when)
 
 
 def _response_types(

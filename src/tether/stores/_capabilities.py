@@ -23,10 +23,10 @@ from types import MappingProxyType
 from typing import Final, cast
 
 from ._mailbox import MAILBOX_METHODS, MailboxStore
-from ._respond import RESPOND_METHODS
+from ._respond import RESPOND_METHODS, RespondingStore
 from ._store import ADVERTISE_METHODS, DELETE_METHODS, WORKER_METHODS
 
-__all__ = ("Capability", "METHODS", "capabilities_of", "has", "mailbox_of")
+__all__ = ("Capability", "METHODS", "capabilities_of", "has", "mailbox_of", "responder_of")
 
 
 class Capability(enum.StrEnum):
@@ -79,3 +79,8 @@ def has(store: object, capability: Capability) -> bool:
 def mailbox_of(store: object) -> MailboxStore | None:
     """*store* as a :class:`MailboxStore` if it keeps messages, else ``None``."""
     return cast(MailboxStore, store) if has(store, Capability.MESSAGES) else None
+
+
+def responder_of(store: object) -> RespondingStore | None:
+    """*store* as a :class:`RespondingStore` if it takes responses, else ``None``."""
+    return cast(RespondingStore, store) if has(store, Capability.RESPOND) else None

@@ -82,15 +82,17 @@ class FileJournal(FileLocking):
             # journaled for its key is kept, not stored twice) before it
             # writes the record; the run is never queued without its responses.
             with self._run_lock(run_id):
-                answered = {e.key for e in self._load_sync(run_id) if e.kind is EntryKind.RESPONSE}
+                stored = self._journal_ids(run_id).values()
+                answered = {e.key for e in stored if e.kind is EntryKind.RESPONSE}
                 fresh = [e for e in entries if e.key not in answered]
                 if fresh:
                     self._append_decided(run_id, folder, fresh)
             self._replace_run(folder, record)
         return record
 
-    def _append_decided(self, run_id: str, folder: Path, entries: list[Entry]) -> list[Entry]:
-        """Store *entries* (fenced, or a respond), under the run's locks."""
+    def _journal_ids(self, run_id: str) -> dict[str, Entry]:
+        """The run's stored entries by idempotency key, read once and cached in this
+        thread's session (with the next seq); under the run's locks."""
         session = self._here()
         ids = session.ids.get(run_id)
         if ids is None:
@@ -98,6 +100,12 @@ class FileJournal(FileLocking):
             ids = {e.idempotency_key: e for e in journal}
             session.ids[run_id] = ids
             session.next[run_id] = len(journal) + 1
+        return ids
+
+    def _append_decided(self, run_id: str, folder: Path, entries: list[Entry]) -> list[Entry]:
+        """Store *entries* (fenced, or a respond), under the run's locks."""
+        session = self._here()
+        ids = self._journal_ids(run_id)
         folder = folder / ENTRIES
         check_folder(run_id, folder)  # never write through a link
         # Each entry is a stored one (a duplicate) or the index of a new one

@@ -26,7 +26,7 @@ from .._errors import (
     UnknownRequestError,
     UsageError,
 )
-from ..stores._capabilities import Capability, has
+from ..stores._capabilities import responder_of
 from ..stores._records import Entry, EntryKind, RunStatus, request_to_json
 from ..stores._respond import RespondingStore
 from ..stores._store import Store
@@ -37,9 +37,10 @@ __all__ = ("RESPOND_CHECKS",)
 
 
 def _responding(store: Store) -> RespondingStore:
-    if not has(store, Capability.RESPOND):
+    responder = responder_of(store)
+    if responder is None:
         raise Skip("the store has no respond (engine.respond refuses it)")
-    return store  # type: ignore[return-value]
+    return responder
 
 
 def _requests(*keys: str) -> tuple[str, ...]:
