@@ -147,9 +147,10 @@ HOOKS = {"corrupt": json_corrupt, "remove": json_remove, "alter": json_alter}
 
 async def test_the_json_store_passes_every_check_with_its_hooks() -> None:
     result = await check_store(JsonStore, **HOOKS)  # type: ignore[arg-type]
-    # (It keeps no messages and takes no responds: tests/test_mailbox.py checks a mailbox
-    # built on it, tests/test_respond.py a respond.)
-    skipped = ["reopen", "watch", *MESSAGE_CHECKS, *RESPOND_CHECKS]
+    # (It keeps no messages, takes no responds and claims one run at a time:
+    # tests/test_mailbox.py checks a mailbox built on it, tests/test_respond.py a respond.)
+    batched = ["claim_batch", "claim_batch_exclusive", "claim_batch_decides"]
+    skipped = ["reopen", "watch", *batched, *MESSAGE_CHECKS, *RESPOND_CHECKS]
     assert [name for name, _ in result.skipped] == skipped
 
 

@@ -173,6 +173,21 @@ async def test_every_store_passes_the_conformance_suite(
     assert [name for name, _ in result.skipped] == skipped
 
 
+async def test_a_planted_unfenced_batch_write_is_caught(
+    tether_store_kind: str,
+    tether_raw_store_factory: Callable[[], Store],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A group commit that stores the appends of many runs without each one's fence
+    check (here: none at all) fails batch_fencing."""
+    if tether_store_kind not in ("sqlite", "postgres"):
+        pytest.skip(f"the {tether_store_kind} store commits no writes of many runs together")
+    writer = importlib.import_module(f"tether.stores._{tether_store_kind}_writer")
+    monkeypatch.setattr(writer, "check_append", lambda *args, **kwargs: None)
+    with pytest.raises(StoreConformanceError, match="batch_fencing"):
+        await check_store(tether_raw_store_factory, only=["batch_fencing"])
+
+
 def _sqlite_store(paths: Iterator[Path], group_commit: bool) -> Store:
     return tether.SQLiteStore(next(paths), group_commit=group_commit)
 

@@ -287,10 +287,11 @@ async def test_a_cancel_recorded_while_a_run_settles_makes_it_cancelled(
     store = tether.MemoryStore()
     async with tether.open_engine(store, clock=clock()) as engine:
         record = await engine.submit(wf, run_id="r")
-        claimed = await internals(engine).leases.claim_next(
-            [(wf.name, None)], max_dispatches=5, gone=(), now=clock().now()
+        (taken,) = await internals(engine).leases.claim_batch(
+            [(wf.name, None)], max_dispatches=5, limit=1, gone=(), now=clock().now()
         )
-        assert claimed is not None and claimed.run_id == record
+        claimed = taken.record
+        assert claimed.run_id == record
         await store.cancel_run("r")  # recorded: the owner holds a live lease
         with pytest.raises(tether.RunCancelledError):
             await internals(engine).execute_claimed(claimed, park_after=60)

@@ -398,6 +398,12 @@ async def test_a_postgres_schema_of_version_1_is_migrated(postgres_server: Postg
     await store.open()  # the tables, at today's version
     await store.close()
     schema = f'"{store.schema}"'
+    postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN claim")
+    postgres_server.sql(f"ALTER TABLE {schema}.owners ADD COLUMN last_claim text")
+    postgres_server.sql(
+        f"CREATE INDEX runs_dispatchable ON {schema}.runs (id) "
+        "WHERE status IN ('queued', 'running')"
+    )  # (schema 5's)
     postgres_server.sql(f"DROP TABLE {schema}.workers")
     postgres_server.sql(f"DROP TABLE {schema}.messages")  # (schema 4's)
     postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN version")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import cast
 
@@ -37,9 +37,11 @@ import trio
 
 from .._core._owners import owner_is_gone
 from .._errors import LeaseLostError, RunCancelledError, RunConflictError, RunNotFoundError
+from ..stores._capabilities import Capability, has
 from ..stores._owners import Served
+from ..stores._queue import Claimed
 from ..stores._records import RunRecord, utcnow
-from ..stores._store import Store, WorkerStore
+from ..stores._store import BatchClaimingStore, Store, WorkerStore
 
 __all__ = ("Leases",)
 
@@ -146,35 +148,52 @@ class Leases:
         """Stop renewing *run_id* (its execution ended)."""
         self.held.pop(run_id, None)
 
-    async def claim_next(
+    async def claim_batch(
         self,
         workflows: Collection[Served],
         *,
         max_dispatches: int,
+        limit: int,
         gone: Collection[str],
         now: datetime,
-    ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run (``Store.claim_next``), or ``None``.
+    ) -> Sequence[Claimed]:
+        """A worker's claim of up to *limit* of the oldest dispatchable runs (empty: none).
 
+        ``claim_batch`` where the store has it, else one ``claim_next``.
         *now* is the engine's clock: waiting runs whose ``wake_at`` has come by
         then are dispatchable. A checkpoint; cancellation behaves as the
-        store's ``claim_next`` (callers shield it: a claim cut short could
-        land unseen).
+        store's claim (callers shield it: a claim cut short could land unseen).
         """
         sent = trio.current_time()
-        store = cast(WorkerStore, self.store)  # open_worker checked it has claim_next
-        record: RunRecord | None = await store.claim_next(
-            self.owner,
-            ttl=self.ttl,
-            workflows=workflows,
-            max_dispatches=max_dispatches,
-            gone=gone,
-            now=now,
-        )
-        if record is not None:
-            self._confirmed = max(self._confirmed, sent)
-            self._releases.pop(record.run_id, None)
-        return record
+        store = self.store
+        if has(store, Capability.CLAIM_BATCH):
+            got = await cast(BatchClaimingStore, store).claim_batch(
+                self.owner,
+                ttl=self.ttl,
+                workflows=workflows,
+                max_dispatches=max_dispatches,
+                limit=limit,
+                gone=gone,
+                now=now,
+            )
+            # The store made the lease last at least until ttl / 2 from now.
+            confirmed = sent - self.ttl / 2
+        else:
+            record = await cast(WorkerStore, store).claim_next(  # open_worker checked
+                self.owner,
+                ttl=self.ttl,
+                workflows=workflows,
+                max_dispatches=max_dispatches,
+                gone=gone,
+                now=now,
+            )
+            got = [] if record is None else [Claimed(record, None)]
+            confirmed = sent
+        if got:
+            self._confirmed = max(self._confirmed, confirmed)
+            for claimed in got:
+                self._releases.pop(claimed.record.run_id, None)
+        return got
 
     def release_later(self, record: RunRecord, *, counts: bool = False) -> None:
         """Have the renewal task write *record* (the run, released) soon, not the caller.

@@ -6,12 +6,13 @@ The shape of one worker::
 
     async with open_worker(engine, concurrency=N):   the caller's block
     └─ worker nursery
-       ├─ claimer task       takes a slot, then claim_next (shielded, one write);
+       ├─ claimer task       takes every free slot (at least one), then one
+       │  │                  claim of as many runs (shielded, one write);
        │  │                  when nothing is dispatchable, waits for a change
        │  │                  (the engine's changes), poll_interval, or the wake-up of
        │  │                  a run it parked, whichever is first; after claiming
-       │  │                  a run's last chance (max_dispatches), waits until
-       │  │                  that run ends
+       │  │                  a run's last chance (max_dispatches), gives the
+       │  │                  rest of its batch back and waits until that run ends
        │  ├─ advertiser      says in the store what the worker serves, every
        │  │                  lease_ttl / 3 (see :mod:`tether._engine._serving`)
        │  └─ schedules       one ticker per schedule: submits each tick's run
@@ -28,7 +29,7 @@ worker takes them over without waiting for ``lease_ttl``.
 A run whose tasks all wait on durable timers, the next one due more than
 ``park_after`` seconds away, *parks*: the execution stores it ``waiting``
 with that moment as ``wake_at`` and releases its lease in the same write,
-and its slot is free at once. ``claim_next`` takes it again, here or in any
+and its slot is free at once. A claim takes it again, here or in any
 other worker, once ``wake_at`` has come on the claimer's clock
 (``engine.clock``, passed as ``now``); this worker wakes for the runs it
 parked at exactly that moment, and finds those others parked by polling.
@@ -37,9 +38,12 @@ A run whose tasks wait in ``tether.receive`` (with no timer due within
 pending: it is not due until a send makes it due (``wake_at`` now, in the
 send's own write), which is a change like any other.
 
-A claim is one write of the store (``claim_next``) that moves a run to
+A claim is one write of the store (``claim_batch``, or ``claim_next`` on a
+store without it) that moves up to as many runs as there are free slots to
 ``running`` with this engine's lease; the lease, its renewal and its fencing
-are the engine's, exactly as for ``engine.run``. It takes only runs whose
+are the engine's, exactly as for ``engine.run``. A run taken over from an
+owner whose lease expired, or whose process is gone, is logged at WARNING
+with that owner: its steps not stored run again. It takes only runs whose
 ``(workflow, version)`` the worker serves: a worker with version ``"2"`` of a
 workflow never takes a run started under version ``"1"``.
 
@@ -55,7 +59,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -71,8 +75,8 @@ from .._engine._engine import Engine, internals
 from .._engine._serving import Advertiser
 from .._errors import LeaseLostError, Paused, RunCancelledError, UsageError
 from ..stores._owners import Served
-from ..stores._queue import check_max_dispatches
-from ..stores._records import RunRecord, RunStatus
+from ..stores._queue import Claimed, check_max_dispatches
+from ..stores._records import RunRecord, RunStatus, utcnow
 from ..stores._store import WORKER_METHODS
 from ._schedule import Schedule, check_schedules, serve_schedules
 
@@ -127,31 +131,76 @@ class Worker:
         changes = internals(self.engine).changes
         while True:
             await self._slots.acquire()
+            free = 1 + self._take_free_slots()
             seen = changes.generation
             try:
-                record = await self._claim_one()
+                claimed = await self._claim(free)
             except BaseException:
-                self._slots.release()
+                self._release_slots(free)
                 raise
-            if record is None:
-                self._slots.release()
+            self._release_slots(free - len(claimed))
+            if not claimed:
                 await changes.wait(seen, self._idle_wait())
                 continue
-            self.claimed += 1
-            self.running.add(record.run_id)
-            ended = trio.Event()
-            name = f"tether worker: run {record.run_id}"
-            runs.start_soon(self._execute, record, ended, name=name)
-            if record.dispatches >= self._isolated_from:
-                # The run's last chance: workers vanished with it every time
-                # before. Claim nothing more until it ends. Each death of a
-                # worker counts against every run it held, so without this the
-                # runs claimed right after a poison run (oldest first, after
-                # each death) die beside it each time and are dead-lettered
-                # with it. With it, a run beside a poison run that is not at
-                # its own last chance survives: its deaths are the poison's,
-                # fewer than max_dispatches.
+            last = next((c for c in claimed if c.record.dispatches >= self._isolated_from), None)
+            if last is not None:
+                # A run's last chance: workers vanished with it every time
+                # before. It executes alone: the others of its batch are given
+                # back (their dispatch uncounted) and nothing more is claimed
+                # until it ends. Each death of a worker counts against every
+                # run it held, so without this the runs claimed beside a
+                # poison run die with it each time and are dead-lettered with
+                # it. With it, a run beside a poison run that is not at its
+                # own last chance survives: its deaths are the poison's, fewer
+                # than max_dispatches.
+                for other in claimed:
+                    if other is not last:
+                        self._give_back(other.record)
+                self._release_slots(len(claimed) - 1)
+                claimed = [last]
+            for c in claimed:
+                ended = self._start(runs, c)
+            if last is not None:
                 await ended.wait()
+
+    def _take_free_slots(self) -> int:
+        """Take every slot free now, without waiting; how many."""
+        taken = 0
+        while True:
+            try:
+                self._slots.acquire_nowait()
+            except trio.WouldBlock:
+                return taken
+            taken += 1
+
+    def _release_slots(self, n: int) -> None:
+        for _ in range(n):
+            self._slots.release()
+
+    def _give_back(self, record: RunRecord) -> None:
+        """Release a claimed run unexecuted (soon, by the lease task): the dispatch is uncounted."""
+        released = attrs.evolve(record, owner=None, updated_at=utcnow())
+        internals(self.engine).leases.release_later(released)
+
+    def _start(self, runs: trio.Nursery, claimed: Claimed) -> trio.Event:
+        """Start executing a claimed run in *runs*; the event is set when it ends."""
+        record = claimed.record
+        previous = claimed.previous_owner
+        if previous is not None and previous != self.engine.owner:
+            # The steps the previous owner had not stored run again here
+            # (at-least-once): the log says so where an operator looks.
+            log.warning(
+                "tether worker %s: took over run %s from %s (its lease expired, or its "
+                "process is gone); steps it had not stored run again",
+                self.engine.owner,
+                record.run_id,
+                previous,
+            )
+        self.claimed += 1
+        self.running.add(record.run_id)
+        ended = trio.Event()
+        runs.start_soon(self._execute, record, ended, name=f"tether worker: run {record.run_id}")
+        return ended
 
     @property
     def free_slots(self) -> int:
@@ -172,11 +221,12 @@ class Worker:
         remaining = (wakes[0] - self.engine.clock.now()).total_seconds()
         return min(self.poll_interval, max(0.0, remaining))
 
-    async def _claim_one(self) -> RunRecord | None:
-        """One claim, or ``None`` when nothing is dispatchable or the store failed.
+    async def _claim(self, limit: int) -> Sequence[Claimed]:
+        """One claim of up to *limit* runs; empty when nothing is dispatchable or the store
+        failed.
 
         Shielded, bounded by ``save_timeout``: a claim cut short by a
-        cancellation could land unseen, leaving a run claimed that nobody
+        cancellation could land unseen, leaving runs claimed that nobody
         executes until this engine closes. Store errors are logged and
         retried at the next poll, never raised.
         """
@@ -184,18 +234,18 @@ class Worker:
         served = self.serving()
         if not served:
             await trio.lowlevel.checkpoint()
-            return None
+            return ()
         gone = await self._gone_owners()
         now = self._claimed_at = engine.clock.now()
         try:
             with trio.CancelScope(shield=True), trio.move_on_after(engine.save_timeout):
-                return await internals(engine).leases.claim_next(
-                    served, max_dispatches=self.max_dispatches, gone=gone, now=now
+                return await internals(engine).leases.claim_batch(
+                    served, max_dispatches=self.max_dispatches, limit=limit, gone=gone, now=now
                 )
             log.warning("tether worker %s: a claim took over save_timeout", engine.owner)
         except Exception as exc:
             log.warning("tether worker %s: claiming failed (retried): %r", engine.owner, exc)
-        return None
+        return ()
 
     def serving(self) -> frozenset[Served]:
         """The ``(workflow, version)`` pairs this worker claims runs of, now."""

@@ -40,12 +40,16 @@ from ._owners import dumps_served as dumps_served
 from ._owners import loads_served as loads_served
 from ._postgres import PostgresStore as PostgresStore
 from ._queue import DEAD_LETTER_ERROR as DEAD_LETTER_ERROR
+from ._queue import MAX_BATCH as MAX_BATCH
+from ._queue import Claimed as Claimed
 from ._queue import Dispatch as Dispatch
 from ._queue import RunFilter as RunFilter
+from ._queue import check_limit as check_limit
 from ._queue import check_max_dispatches as check_max_dispatches
 from ._queue import check_now as check_now
 from ._queue import check_run_filter as check_run_filter
 from ._queue import check_served as check_served
+from ._queue import decide_batch as decide_batch
 from ._queue import decide_dispatch as decide_dispatch
 from ._queue import dispatchable as dispatchable
 from ._queue import due as due
@@ -75,10 +79,12 @@ from ._run_ids import check_run_id as check_run_id
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._store import ADVERTISE_METHODS as ADVERTISE_METHODS
+from ._store import BATCH_METHODS as BATCH_METHODS
 from ._store import DELETE_METHODS as DELETE_METHODS
 from ._store import STORE_METHODS as STORE_METHODS
 from ._store import WORKER_METHODS as WORKER_METHODS
 from ._store import AdvertisingStore as AdvertisingStore
+from ._store import BatchClaimingStore as BatchClaimingStore
 from ._store import DeletableStore as DeletableStore
 from ._store import Store as Store
 from ._store import WatchableStore as WatchableStore
@@ -90,6 +96,7 @@ __all__ = (
     "capabilities_of",
     "has",
     "ADVERTISE_METHODS",
+    "BATCH_METHODS",
     "DEAD_LETTER_ERROR",
     "DELETE_METHODS",
     "FINISHED",
@@ -101,8 +108,11 @@ __all__ = (
     "SCHEMA_VERSION",
     "STORE_METHODS",
     "WORKER_METHODS",
+    "MAX_BATCH",
     "AdvertisingStore",
+    "BatchClaimingStore",
     "ClaimDecision",
+    "Claimed",
     "DeletableStore",
     "Dispatch",
     "Entry",
@@ -129,6 +139,7 @@ __all__ = (
     "check_after",
     "check_append",
     "check_delete",
+    "check_limit",
     "check_max_dispatches",
     "check_message_name",
     "check_now",
@@ -141,6 +152,7 @@ __all__ = (
     "check_ttl",
     "decide_cancel",
     "decide_claim",
+    "decide_batch",
     "decide_dispatch",
     "decide_respond",
     "decide_send",

@@ -4,6 +4,7 @@ Layer: stores (``tether.stores``).
 
 Layer: stores. The :class:`~._store.Store` protocol is what every store has;
 the rest is optional, in groups of methods: serving workers (``claim_next``),
+claiming many runs at once (``claim_batch``),
 advertising workers, deleting runs, keeping messages, watching for changes,
 taking responses for the workers.
 A store has a capability when it has all of its methods; a store may instead
@@ -24,7 +25,7 @@ from typing import Final, cast
 
 from ._mailbox import MAILBOX_METHODS, MailboxStore
 from ._respond import RESPOND_METHODS, RespondingStore
-from ._store import ADVERTISE_METHODS, DELETE_METHODS, WORKER_METHODS
+from ._store import ADVERTISE_METHODS, BATCH_METHODS, DELETE_METHODS, WORKER_METHODS
 
 __all__ = ("Capability", "METHODS", "capabilities_of", "has", "mailbox_of", "responder_of")
 
@@ -33,6 +34,7 @@ class Capability(enum.StrEnum):
     """An optional part of the store protocol."""
 
     WORKERS = "workers"  #: ``claim_next``: the store serves ``tether.open_worker``
+    CLAIM_BATCH = "claim_batch"  #: ``claim_batch``: workers take many runs per claim
     ADVERTISE = "advertise"  #: ``advertise``, ``list_workers``: workers say what they serve
     DELETE = "delete"  #: ``delete_run``: ``tether runs prune``
     MESSAGES = "messages"  #: ``send_message``, ``load_messages``: ``engine.send``, ``receive``
@@ -44,6 +46,7 @@ class Capability(enum.StrEnum):
 METHODS: Final[Mapping[Capability, tuple[str, ...]]] = MappingProxyType(
     {
         Capability.WORKERS: WORKER_METHODS,
+        Capability.CLAIM_BATCH: BATCH_METHODS,
         Capability.ADVERTISE: ADVERTISE_METHODS,
         Capability.DELETE: DELETE_METHODS,
         Capability.MESSAGES: MAILBOX_METHODS,

@@ -44,7 +44,14 @@ from ._file_owners import FileOwners
 from ._leases import check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd
-from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
+from ._queue import (
+    Claimed,
+    check_limit,
+    check_max_dispatches,
+    check_now,
+    check_run_filter,
+    check_served,
+)
 from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond
 from ._run_ids import check_run_id
@@ -296,7 +303,30 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         gone: Collection[str] = (),
         now: datetime | None = None,
     ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run (see the protocol).
+        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
+        got = await self.claim_batch(
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=1,
+            gone=gone,
+            now=now,
+        )
+        return got[0].record if got else None
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        """A worker's claim of up to *limit* runs, oldest first (see the protocol).
 
         Candidates are found by a listing, then each is decided again under
         its run's lock (which every process respects), so two workers never
@@ -317,13 +347,14 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
-        result: RunRecord | None = await self._call(
-            "claiming a queued run",
-            self._claim_next_sync,
+        result: list[Claimed] = await self._call(
+            "claiming queued runs",
+            self._claim_batch_sync,
             owner,
             ttl,
             check_served(workflows),
             max_dispatches,
+            check_limit(limit),
             frozenset(gone),
             check_now(now),
         )

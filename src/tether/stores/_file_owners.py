@@ -29,7 +29,7 @@ from ._file_disk import OWNERS, WORKERS, replace_small, time_of
 from ._file_runs import FileRuns
 from ._leases import decide_cancel, decide_claim, renewal
 from ._owners import Renewal, Served, WorkerAd, served_from_json, served_to_json
-from ._queue import decide_dispatch, dispatchable
+from ._queue import Claimed, claimed_from, decide_batch, dispatchable
 from ._records import RunRecord
 
 __all__ = ("FileOwners",)
@@ -95,32 +95,44 @@ class FileOwners(FileRuns):
 
     # -- workers -----------------------------------------------------------------------
 
-    def _claim_next_sync(
+    def _claim_batch_sync(
         self,
         owner: str,
         ttl: float,
         workflows: frozenset[Served],
         max_dispatches: int,
+        limit: int,
         gone: frozenset[str],
         now: datetime,
-    ) -> RunRecord | None:
+    ) -> list[Claimed]:
+        claimed: list[Claimed] = []
         for listed in self._list_sync():
+            if len(claimed) >= limit:
+                break
             if not dispatchable(listed, workflows=workflows, gone=gone, now=now):
                 continue
             with self._locked_or_none(listed.run_id) as folder:
                 if folder is None:
                     continue  # deleted since it was listed
                 current = self._read_run(listed.run_id, folder)
-                if not dispatchable(current, workflows=workflows, gone=gone, now=now):
-                    continue  # claimed or changed since it was listed
-                decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
-                expires = time.time() + ttl
-                if decision.claimed:
-                    self._write_owner(owner, expires)
-                self._replace_run(folder, decision.store)
-                if decision.claimed:
-                    return attrs.evolve(decision.store, lease_expires_at=time_of(expires))
-        return None
+                # Decided again under the run's lock: claimed or changed since it
+                # was listed, it is passed over.
+                for _, decision in decide_batch(
+                    [current],
+                    owner=owner,
+                    limit=1,
+                    max_dispatches=max_dispatches,
+                    workflows=workflows,
+                    gone=gone,
+                    now=now,
+                ):
+                    expires = time.time() + ttl
+                    if decision.claimed:
+                        self._write_owner(owner, expires)
+                    self._replace_run(folder, decision.store)
+                    if decision.claimed:
+                        claimed.append(claimed_from(current, decision, time_of(expires)))
+        return claimed
 
     def _advertise_sync(self, owner: str, serves: frozenset[Served], ttl: float) -> None:
         folder = self._root / WORKERS

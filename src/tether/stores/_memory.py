@@ -27,12 +27,14 @@ from ._leases import (
 from ._mailbox import Message, check_after, check_send, decide_send
 from ._owners import Renewal, Served, WorkerAd
 from ._queue import (
+    Claimed,
+    check_limit,
     check_max_dispatches,
     check_now,
     check_run_filter,
     check_served,
-    decide_dispatch,
-    dispatchable,
+    claimed_from,
+    decide_batch,
 )
 from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond, decide_respond
@@ -134,24 +136,56 @@ class MemoryStore:
         gone: Collection[str] = (),
         now: datetime | None = None,
     ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
+        got = await self.claim_batch(
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=1,
+            gone=gone,
+            now=now,
+        )
+        return got[0].record if got else None
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        """A worker's claim of up to *limit* runs, oldest first (see the protocol)."""
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
+        limit = check_limit(limit)
         served = check_served(workflows)
         now = check_now(now)
         await trio.lowlevel.checkpoint()
-        for stored in list(self._runs.values()):
-            current = self._read(stored)
-            if not dispatchable(current, workflows=served, gone=gone, now=now):
-                continue
-            decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+        decided = decide_batch(
+            (self._read(stored) for stored in list(self._runs.values())),
+            owner=owner,
+            limit=limit,
+            max_dispatches=max_dispatches,
+            workflows=served,
+            gone=gone,
+            now=now,
+        )
+        claimed = []
+        expires = self._clock() + ttl
+        for current, decision in decided:
             self._set(decision.store)
             if decision.claimed:
-                expires = self._leases[owner] = self._clock() + ttl
-                return attrs.evolve(
-                    decision.store, lease_expires_at=datetime.fromtimestamp(expires, UTC)
+                self._leases[owner] = expires
+                claimed.append(
+                    claimed_from(current, decision, datetime.fromtimestamp(expires, UTC))
                 )
-        return None
+        return claimed
 
     async def advertise(self, owner: str, *, serves: Collection[Served], ttl: float) -> None:
         """Record what worker *owner* serves until now + *ttl* (``ttl=0``: withdraw it)."""

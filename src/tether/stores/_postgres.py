@@ -46,7 +46,14 @@ from ._postgres_lifetime import close_store, open_store
 from ._postgres_sql import statements
 from ._postgres_tables import Tables
 from ._postgres_writer import Job, Writer
-from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
+from ._queue import (
+    Claimed,
+    check_limit,
+    check_max_dispatches,
+    check_now,
+    check_run_filter,
+    check_served,
+)
 from ._record_json import dumps_record
 from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond
@@ -316,16 +323,44 @@ class PostgresStore:
         gone: Collection[str] = (),
         now: datetime | None = None,
     ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run (one transaction; see the protocol).
+        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
+        got = await self.claim_batch(
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=1,
+            gone=gone,
+            now=now,
+        )
+        return got[0].record if got else None
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        """A worker's claim of up to *limit* runs, oldest first (one transaction; see the
+        protocol).
 
         A waiting run is due by *now*, the claimer's clock (not the
         database's: the claimer's engine measured its timers on it).
         Candidates are locked with ``FOR UPDATE SKIP LOCKED``, so concurrent
         workers never wait for each other and never take the same run;
-        expired leases are found by the same query. A retry after an unclear
-        outcome first looks for the run this call's earlier attempt claimed
-        (recorded with the owner's lease), so a lost acknowledgement never
-        leaves a run claimed by nobody who executes it.
+        expired leases are found by the same statement. Each kind of
+        candidate (queued, orphaned, due) is found through its own index, so
+        a claim's cost grows neither with the finished runs kept nor with the
+        backlog. A batch is a few statements, however many runs it takes.
+        The owner's lease is rewritten only when less than half of *ttl* is
+        left. A retry after an unclear outcome first looks for the runs this
+        call's earlier attempt claimed (recorded on them), so a lost
+        acknowledgement never leaves a run claimed by nobody who executes it.
 
         Raises:
             StoreError: the database failed.
@@ -333,15 +368,16 @@ class PostgresStore:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
+        limit = check_limit(limit)
         served, dead = check_served(workflows), sorted(set(gone))
         clock = check_now(now)
         if not served:
             await trio.lowlevel.checkpoint()
-            return None
+            return []
         attempt = uuid.uuid4().hex
         return await self._call(
-            "claiming a queued run",
-            lambda conn, retrying: self._tables.claim_next(
+            "claiming queued runs",
+            lambda conn, retrying: self._tables.claim_batch(
                 conn,
                 retrying,
                 owner=owner,
@@ -349,6 +385,7 @@ class PostgresStore:
                 served=served,
                 dead=dead,
                 max_dispatches=max_dispatches,
+                limit=limit,
                 attempt=attempt,
                 now=clock,
             ),

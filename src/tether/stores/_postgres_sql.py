@@ -2,7 +2,7 @@
 
 Layer: stores (``tether.stores``).
 
-Layout (schema version 4, kept in ``{schema}.tether_schema``), in a
+Layout (schema version 5, kept in ``{schema}.tether_schema``), in a
 PostgreSQL schema of its own (``schema=``, default ``tether``)::
 
     tether_schema(version integer)              -- one row: the schema version
@@ -13,7 +13,8 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
                                                 -- indexed with id
          owner text, token bigint, cancel boolean,  -- copies of data's lease fields
          version text,                          -- copy of the workflow version
-         wake_at timestamptz)                   -- copy of a waiting run's wake_at, indexed
+         wake_at timestamptz,                   -- copy of a waiting run's wake_at, indexed
+         claim text)                            -- the batched claim that took it (retries)
     entries(run_id text, seq integer,
             ikey text,                          -- Entry.idempotency_key
             data text,                          -- Entry.to_json(), JSON text
@@ -22,8 +23,7 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
              data text,                         -- Message.to_json(), JSON text
              PRIMARY KEY (run_id, seq))
     owners(owner text PRIMARY KEY,              -- one row per lease holder:
-           expires timestamptz,                 -- its leases' expiry, database clock
-           last_claim text)                     -- its latest worker claim (retries)
+           expires timestamptz)                 -- its leases' expiry, database clock
     workers(owner text PRIMARY KEY,             -- one row per live worker:
             serves text,                        -- its (workflow, version) pairs, JSON
             expires timestamptz)                -- until when, database clock
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 __all__ = ("ADVISORY_LOCK_CLASS", "SCHEMA_VERSION", "Statements", "statements")
 
 #: The schema version this tether writes and reads (``{schema}.tether_schema``).
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 #: The first key of the advisory lock that serializes migrations; the second is
 #: ``hashtext(schema)``, so stores in other schemas migrate independently.
@@ -99,12 +99,12 @@ _CREATE: Final = (
         token bigint NOT NULL DEFAULT 0,
         cancel boolean NOT NULL DEFAULT false,
         version text,
-        wake_at timestamptz
+        wake_at timestamptz,
+        claim text
     )""",
     "CREATE INDEX runs_status ON {s}.runs (status, id)",
     "CREATE INDEX runs_workflow ON {s}.runs (workflow, id)",
     "CREATE INDEX runs_owner ON {s}.runs (owner) WHERE owner IS NOT NULL",
-    "CREATE INDEX runs_dispatchable ON {s}.runs (id) WHERE status IN ('queued', 'running')",
     _WAKE_INDEX,
     """CREATE TABLE {s}.entries (
         run_id text NOT NULL,
@@ -117,8 +117,7 @@ _CREATE: Final = (
     _MESSAGES,
     """CREATE TABLE {s}.owners (
         owner text PRIMARY KEY,
-        expires timestamptz NOT NULL,
-        last_claim text
+        expires timestamptz NOT NULL
     )""",
     _WORKERS,
 )
@@ -135,6 +134,15 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     2: ("ALTER TABLE {s}.runs ADD COLUMN wake_at timestamptz", _WAKE_INDEX),
     # 3 -> 4: runs' mailboxes (engine.send, tether.receive).
     3: (_MESSAGES,),
+    # 4 -> 5: batched claims. A claim's attempt is kept on the runs it took
+    # (not on the owner's row, rewritten by every claim: a hot row), and
+    # claims find candidates through (status, id) and runs_wake, so the
+    # index of queued and running runs by id goes.
+    4: (
+        "ALTER TABLE {s}.runs ADD COLUMN claim text",
+        "ALTER TABLE {s}.owners DROP COLUMN last_claim",
+        "DROP INDEX {s}.runs_dispatchable",
+    ),
 }
 
 # A run row with its owner's lease expiry and whether it is live, on the database's clock.
@@ -175,32 +183,70 @@ _TEXT: Final = {
     """,
     "run_data": "SELECT data FROM {s}.runs WHERE run_id = %s",
     "set_owner": _SET_OWNER,
-    "set_owner_claim": """
-        INSERT INTO {s}.owners AS o (owner, expires, last_claim)
-        VALUES (%s, clock_timestamp() + make_interval(secs => %s), %s)
-        ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires,
-            last_claim = excluded.last_claim
-        RETURNING o.expires
-    """,
-    "last_claim": "SELECT last_claim FROM {s}.owners WHERE owner = %s",
     "drop_owner": "DELETE FROM {s}.owners WHERE owner = %s",
     "owned": "SELECT run_id, token, cancel FROM {s}.runs WHERE owner = %s",
-    # The oldest candidate for a worker's claim, locked; expired leases are
-    # swept in here, and rows another claimer holds are skipped, not waited
-    # for. One at a time: a row locked here is a row the other claimers skip.
-    # As with lock_run, the record is read again after the lock (a claim that
-    # committed meanwhile shows here with a stale owners row), dispatchable()
-    # decides on that reading, and the ids it turned down are excluded next.
-    "dispatchable": """
-        SELECT r.run_id FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
-        WHERE r.workflow = ANY(%s) AND (r.workflow, COALESCE(r.version, '')) IN (
-            SELECT * FROM unnest(%s::text[], %s::text[]))
-        AND (r.status = 'queued' OR (r.status = 'running' AND (
-            r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
-            OR r.owner = ANY(%s)))
-            OR (r.status = 'waiting' AND r.wake_at <= %s))
-        AND r.run_id <> ALL(%s)
-        ORDER BY r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED
+    # A batched claim's lease: extended to now + ttl only when less than
+    # ttl / 2 is left, so that claims between renewals do not rewrite the
+    # owner's row (a hot row: dead tuples while a long transaction holds
+    # vacuum back). The expiry, rewritten or not.
+    "claim_owner": """
+        WITH up AS (
+            INSERT INTO {s}.owners AS o (owner, expires)
+            VALUES (%s, clock_timestamp() + make_interval(secs => %s))
+            ON CONFLICT (owner) DO UPDATE SET expires = excluded.expires
+            WHERE o.expires < clock_timestamp() + make_interval(secs => %s / 2)
+            RETURNING o.expires)
+        SELECT expires FROM up UNION ALL SELECT expires FROM {s}.owners WHERE owner = %s
+        LIMIT 1
+    """,
+    # The candidates of a worker's batched claim, locked: queued runs oldest
+    # first, running runs whose owner's lease expired (or who is gone), and
+    # due waiting runs, each found by its own index ((status, id) and
+    # runs_wake), so the cost does not grow with the finished runs kept nor
+    # with the backlog. Rows another claimer holds are skipped, not waited
+    # for; the ids already looked at in this transaction (which SKIP LOCKED
+    # does not skip: this transaction holds them) are excluded. The records
+    # are read by a later statement (get_runs), whose snapshot sees what the
+    # previous lock holders committed, and decide_batch() decides on that.
+    "claimable": """
+        WITH queued AS (
+            SELECT id FROM {s}.runs
+            WHERE status = 'queued' AND workflow = ANY(%(names)s)
+            AND (workflow, COALESCE(version, '')) IN (
+                SELECT * FROM unnest(%(pnames)s::text[], %(pversions)s::text[]))
+            AND id <> ALL(%(seen)s::bigint[])
+            ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ), orphaned AS (
+            SELECT r.id FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
+            WHERE r.status = 'running' AND r.workflow = ANY(%(names)s)
+            AND (r.workflow, COALESCE(r.version, '')) IN (
+                SELECT * FROM unnest(%(pnames)s::text[], %(pversions)s::text[]))
+            AND (r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
+                OR r.owner = ANY(%(dead)s))
+            AND r.id <> ALL(%(seen)s::bigint[])
+            ORDER BY r.id LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED
+        ), due AS (
+            SELECT id FROM {s}.runs
+            WHERE status = 'waiting' AND wake_at <= %(now)s AND workflow = ANY(%(names)s)
+            AND (workflow, COALESCE(version, '')) IN (
+                SELECT * FROM unnest(%(pnames)s::text[], %(pversions)s::text[]))
+            AND id <> ALL(%(seen)s::bigint[])
+            ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        )
+        SELECT id FROM queued UNION ALL SELECT id FROM orphaned UNION ALL SELECT id FROM due
+    """,
+    "get_runs": _SELECT_RUN + " WHERE r.id = ANY(%s) ORDER BY r.id",
+    # The runs an earlier attempt of a batched claim took and still holds.
+    "claimed_by": _SELECT_RUN + " WHERE r.owner = %s AND r.claim = %s ORDER BY r.id",
+    # Many run records' writes in one statement (their rows locked before).
+    "put_runs": """
+        UPDATE {s}.runs r SET data = u.data, status = u.status, workflow = u.workflow,
+            owner = u.owner, token = u.token, cancel = u.cancel, version = u.version,
+            wake_at = u.wake_at, claim = u.claim
+        FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],
+            %s::boolean[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
+            AS u(data, status, workflow, owner, token, cancel, version, wake_at, run_id, claim)
+        WHERE r.run_id = u.run_id
     """,
     "notify": "SELECT pg_notify(%s, '')",
     # A worker's advertisement, replacing its earlier one; expired ones are swept.
@@ -277,11 +323,13 @@ class Statements:
         self.put_run = q["put_run"]
         self.run_data = q["run_data"]
         self.set_owner = q["set_owner"]
-        self.set_owner_claim = q["set_owner_claim"]
-        self.last_claim = q["last_claim"]
+        self.claim_owner = q["claim_owner"]
+        self.claimable = q["claimable"]
+        self.get_runs = q["get_runs"]
+        self.claimed_by = q["claimed_by"]
+        self.put_runs = q["put_runs"]
         self.drop_owner = q["drop_owner"]
         self.owned = q["owned"]
-        self.dispatchable = q["dispatchable"]
         self.notify = q["notify"]
         self.drop_workers = q["drop_workers"]
         self.advertise = q["advertise"]

@@ -17,7 +17,8 @@ these pure functions, and writes what it returns in that same step:
   runs no live worker serves;
 - :func:`decide_dispatch` what taking one writes: the claim, or, for a run
   with a recorded cancel or one that keeps killing its workers, its final
-  ``cancelled`` or ``dead_letter`` record.
+  ``cancelled`` or ``dead_letter`` record; :func:`decide_batch` the same for
+  the candidates of one batched claim, oldest first, up to its limit.
 """
 
 from __future__ import annotations
@@ -37,13 +38,18 @@ from ._run_ids import check_run_id
 
 __all__ = (
     "DEAD_LETTER_ERROR",
+    "Claimed",
     "Dispatch",
     "Placed",
     "RunFilter",
+    "MAX_BATCH",
+    "check_limit",
     "check_max_dispatches",
     "check_now",
     "check_run_filter",
+    "claimed_from",
     "check_served",
+    "decide_batch",
     "decide_dispatch",
     "dispatchable",
     "due",
@@ -313,6 +319,74 @@ def decide_dispatch(
         wake_at=None,
     )
     return Dispatch(claimed, claimed=True)
+
+
+@attrs.frozen
+class Claimed:
+    """A run taken by a worker's batched claim (``claim_batch``).
+
+    Attributes:
+        record: the run as stored by the claim (``running``, the claimer's
+            lease; ``lease_expires_at`` set).
+        previous_owner: the owner whose lease the claim took over (a
+            ``running`` run whose owner's lease had expired or who is gone),
+            or ``None`` (a queued, released or due waiting run).
+    """
+
+    record: RunRecord
+    previous_owner: str | None
+
+
+def decide_batch(
+    candidates: Iterable[RunRecord],
+    *,
+    owner: str,
+    limit: int,
+    max_dispatches: int,
+    workflows: Collection[Served | str],
+    gone: Collection[str],
+    now: datetime,
+) -> list[tuple[RunRecord, Dispatch]]:
+    """Decide a batched claim: each candidate read in the atomic step, oldest first.
+
+    Every :func:`dispatchable` candidate is decided by :func:`decide_dispatch`
+    until *limit* are claimed (candidates that are not dispatchable, read
+    again under the step's lock, are passed over). Returns each decided
+    candidate as read with its decision, for the store to write all of them
+    in the same atomic step.
+    """
+    decided: list[tuple[RunRecord, Dispatch]] = []
+    claimed = 0
+    for current in candidates:
+        if claimed >= limit:
+            break
+        if not dispatchable(current, workflows=workflows, gone=gone, now=now):
+            continue
+        decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+        decided.append((current, decision))
+        claimed += decision.claimed
+    return decided
+
+
+def claimed_from(current: RunRecord, decision: Dispatch, expires: datetime) -> Claimed:
+    """What a batched claim returns for a candidate it claimed, with the lease *expires*."""
+    previous = current.owner if current.status is RunStatus.RUNNING else None
+    return Claimed(attrs.evolve(decision.store, lease_expires_at=expires), previous)
+
+
+#: The most runs one batched claim takes (``claim_batch(limit=)``).
+MAX_BATCH: Final = 1000
+
+
+def check_limit(value: object) -> int:
+    """``claim_batch``'s *limit*, validated: an integer from 1 to :data:`MAX_BATCH`.
+
+    Raises:
+        UsageError: anything else.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_BATCH:
+        raise UsageError(f"limit must be an integer from 1 to {MAX_BATCH}, not {value!r:.100}")
+    return value
 
 
 def check_now(now: object) -> datetime:

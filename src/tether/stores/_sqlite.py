@@ -37,7 +37,14 @@ from .._errors import UsageError
 from ._leases import ClaimDecision, check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd, dumps_served
-from ._queue import check_max_dispatches, check_now, check_run_filter, check_served
+from ._queue import (
+    Claimed,
+    check_limit,
+    check_max_dispatches,
+    check_now,
+    check_run_filter,
+    check_served,
+)
 from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond
 from ._run_ids import check_run_id
@@ -338,7 +345,31 @@ class SQLiteStore:
         gone: Collection[str] = (),
         now: datetime | None = None,
     ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run (one transaction; see the protocol).
+        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
+        got = await self.claim_batch(
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=1,
+            gone=gone,
+            now=now,
+        )
+        return got[0].record if got else None
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        """A worker's claim of up to *limit* runs, oldest first (one transaction; see the
+        protocol).
 
         Raises:
             StoreError: SQLite failed.
@@ -346,22 +377,24 @@ class SQLiteStore:
         check_owner(owner)
         ttl = check_ttl(ttl)
         max_dispatches = check_max_dispatches(max_dispatches)
+        limit = check_limit(limit)
         clock = check_now(now)  # the claimer's: when waiting runs are due
         served, dead = check_served(workflows), sorted(set(gone))
         if not served:
             await trio.lowlevel.checkpoint()
-            return None
-        result: RunRecord | None = await self._writer.queued(
-            lambda conn: self._tables.claim_next(
+            return []
+        result: list[Claimed] = await self._writer.queued(
+            lambda conn: self._tables.claim_batch(
                 conn,
                 owner=owner,
                 ttl=ttl,
                 served=served,
                 dead=dead,
                 max_dispatches=max_dispatches,
+                limit=limit,
                 clock=clock,
             ),
-            "claiming a queued run",
+            "claiming queued runs",
         )
         return result
 

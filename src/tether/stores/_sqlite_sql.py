@@ -51,6 +51,7 @@ __all__ = (
     "PUT_RUN",
     "SCHEMA_VERSION",
     "SELECT_RUN",
+    "SERVED",
     "SET_OWNER",
 )
 
@@ -134,16 +135,34 @@ INSERT INTO runs (data, owner, token, cancel, status, workflow, version, wake_at
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 #: Candidates for a worker's claim, oldest first (see dispatchable(), which
-#: decides); ``{workflows}``, ``{pairs}`` and ``{gone}`` take the placeholders.
+#: decides); ``{served}`` takes the served workflows' condition, ``{gone}`` the
+#: gone owners' placeholders; the parameters: *now*, the claimer's clock, and
+#: the limit of each part. Each kind of candidate is found by its own index
+#: (queued and running runs by ``(status, id)``, due waiting runs by
+#: ``runs_wake``), so the cost does not grow with the finished runs kept, nor
+#: with the depth of the backlog.
 DISPATCHABLE: Final = (
     SELECT_RUN
     + """
-WHERE r.workflow IN ({workflows}) AND (r.workflow, COALESCE(r.version, '')) IN (VALUES {pairs})
-AND (r.status = 'queued' OR (r.status = 'running' AND (
-    r.owner IS NULL OR o.expires IS NULL OR o.expires <= ? OR r.owner IN ({gone})))
-    OR (r.status = 'waiting' AND r.wake_at <= ?))
-ORDER BY r.id LIMIT 32
+WHERE r.id IN (
+    SELECT id FROM (SELECT id FROM runs WHERE status = 'queued' AND {served}
+        ORDER BY id LIMIT :limit)
+    UNION ALL
+    SELECT id FROM (SELECT q.id FROM runs q LEFT JOIN owners p ON p.owner = q.owner
+        WHERE q.status = 'running' AND {served_q} AND (q.owner IS NULL OR p.expires IS NULL
+            OR p.expires <= :now OR q.owner IN ({gone}))
+        ORDER BY q.id LIMIT :limit)
+    UNION ALL
+    SELECT id FROM (SELECT id FROM runs WHERE status = 'waiting' AND wake_at <= :clock
+        AND {served} ORDER BY wake_at LIMIT :limit))
+ORDER BY r.id
 """
+)
+#: The served workflows' condition of :data:`DISPATCHABLE` (``{prefix}``: a
+#: table alias and dot, or nothing; ``{workflows}`` and ``{pairs}``: placeholders).
+SERVED: Final = (
+    "{prefix}workflow IN ({workflows}) AND "
+    "({prefix}workflow, COALESCE({prefix}version, '')) IN (VALUES {pairs})"
 )
 SET_OWNER: Final = """
 INSERT INTO owners (owner, expires) VALUES (?, ?)

@@ -40,7 +40,7 @@ from ._leases import (
 )
 from ._mailbox import Message, decide_send, message_gap
 from ._owners import Renewal, Served, WorkerAd, loads_served
-from ._queue import RunFilter, decide_dispatch, dispatchable
+from ._queue import Claimed, RunFilter, claimed_from, decide_batch
 from ._record_json import RecordDecodeError, dumps_record, first_gap
 from ._records import Entry, RunRecord
 from ._respond import decide_respond
@@ -63,6 +63,7 @@ from ._sqlite_sql import (
     PUT_RUN,
     SCHEMA_VERSION,
     SELECT_RUN,
+    SERVED,
     SET_OWNER,
 )
 
@@ -195,7 +196,7 @@ class Tables:
 
     # -- the queue and workers -------------------------------------------------------------
 
-    def claim_next(
+    def claim_batch(
         self,
         conn: sqlite3.Connection,
         *,
@@ -204,34 +205,56 @@ class Tables:
         served: frozenset[Served],
         dead: list[str],
         max_dispatches: int,
+        limit: int,
         clock: datetime,
-    ) -> RunRecord | None:
-        """Claim the oldest dispatchable run of *served* (a waiting one is due by *clock*)."""
-        names = sorted({name for name, _ in served})
-        # A version is never empty: '' stands for NULL (unversioned) in the pairs.
-        pairs = [v for name, version in sorted(served, key=str) for v in (name, version or "")]
+    ) -> list[Claimed]:
+        """Claim up to *limit* of the oldest dispatchable runs of *served* (a waiting
+        one is due by *clock*), in the caller's transaction."""
+        params: dict[str, object] = {"limit": limit, "clock": clock.timestamp()}
+        workflows = sorted({name for name, _ in served})
+        params.update({f"w{i}": name for i, name in enumerate(workflows)})
+        pairs = sorted(served, key=str)
+        for i, (name, version) in enumerate(pairs):
+            # A version is never empty: '' stands for NULL (unversioned) in the pairs.
+            params[f"n{i}"], params[f"v{i}"] = name, version or ""
+        params.update({f"g{i}": name for i, name in enumerate(dead)})
+
+        def condition(prefix: str) -> str:
+            return SERVED.format(
+                prefix=prefix,
+                workflows=", ".join(f":w{i}" for i in range(len(workflows))),
+                pairs=", ".join(f"(:n{i}, :v{i})" for i in range(len(pairs))),
+            )
+
         query = DISPATCHABLE.format(
-            workflows=", ".join("?" * len(names)),
-            pairs=", ".join(["(?, ?)"] * len(served)),
-            gone=", ".join("?" * len(dead)),
+            served=condition(""),
+            served_q=condition("q."),
+            gone=", ".join(f":g{i}" for i in range(len(dead))),
         )
-        while True:
-            now = time.time()
-            params = (*names, *pairs, now, *dead, clock.timestamp())
-            rows = conn.execute(query, params).fetchall()
-            decided = False
-            for row in rows:
-                current = decode_run(self.path, row, now)
-                if not dispatchable(current, workflows=served, gone=dead, now=clock):
-                    continue
-                decision = decide_dispatch(current, owner=owner, max_dispatches=max_dispatches)
+        claimed: list[Claimed] = []
+        while len(claimed) < limit:
+            now = params["now"] = time.time()
+            decided = decide_batch(
+                (decode_run(self.path, row, now) for row in conn.execute(query, params)),
+                owner=owner,
+                limit=limit - len(claimed),
+                max_dispatches=max_dispatches,
+                workflows=served,
+                gone=dead,
+                now=clock,
+            )
+            expires = now + ttl
+            for current, decision in decided:
                 self.put_run(conn, decision.store)
-                decided = True
                 if decision.claimed:
-                    conn.execute(SET_OWNER, (owner, now + ttl))
-                    return attrs.evolve(decision.store, lease_expires_at=time_of(now + ttl))
-            if not decided:  # (the rows the query found were no candidates after all)
-                return None
+                    claimed.append(claimed_from(current, decision, time_of(expires)))
+            if claimed:
+                conn.execute(SET_OWNER, (owner, expires))
+            if not decided or all(d.claimed for _, d in decided):
+                # Nothing more to find, or as many found as there were: a run
+                # stored cancelled or dead_letter instead leaves room to look again.
+                break
+        return claimed
 
     def advertise(self, conn: sqlite3.Connection, owner: str, serves: str, ttl: float) -> None:
         """Write *owner*'s row (its *serves* as JSON text), deleting expired ones."""

@@ -20,11 +20,14 @@ from ._owners import Renewal, Served, WorkerAd
 if TYPE_CHECKING:
     # Annotations only (nothing evaluates them at run time: runtime_checkable
     # checks method names): the records' module re-exports these protocols.
+    from ._queue import Claimed
     from ._records import Entry, RunRecord, RunStatus
 
 __all__ = (
     "ADVERTISE_METHODS",
     "AdvertisingStore",
+    "BATCH_METHODS",
+    "BatchClaimingStore",
     "DELETE_METHODS",
     "DeletableStore",
     "STORE_METHODS",
@@ -266,6 +269,49 @@ class WorkerStore(Store, Protocol):
 
 #: Methods a store needs to serve workers (``tether.open_worker``), beyond :data:`STORE_METHODS`.
 WORKER_METHODS: Final = ("claim_next",)
+
+
+@runtime_checkable
+class BatchClaimingStore(Protocol):
+    """A store whose workers take many runs in one claim (optional; the built-in stores do).
+
+    Workers of a store without it claim one run per :meth:`WorkerStore.claim_next`.
+    """
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        """A worker's claim of up to *limit* runs, oldest first, in one atomic step.
+
+        What :meth:`WorkerStore.claim_next` does for one run, for up to
+        *limit* (validated by :func:`check_limit <tether.stores.check_limit>`)
+        in the same atomic step: candidates are decided by :func:`decide_batch
+        <tether.stores.decide_batch>` (so runs with a recorded cancel, or
+        dispatched *max_dispatches* times, are stored ``cancelled`` or
+        ``dead_letter`` on the way), each claim is written fenced as
+        ``claim_next`` writes it, and *owner*'s lease is made to last at least
+        until now + *ttl* / 2 (a store may extend it to now + *ttl* every
+        time; a store that extends it only when less than *ttl* / 2 is left
+        saves a write per claim). Concurrent calls, from any process, never
+        claim the same run.
+
+        Returns:
+            The claimed runs, oldest first, each with the owner it was taken
+            over from (:class:`Claimed <tether.stores.Claimed>`); empty when
+            nothing is dispatchable now.
+        """
+
+
+#: Methods of :class:`BatchClaimingStore`.
+BATCH_METHODS: Final = ("claim_batch",)
 
 
 @runtime_checkable

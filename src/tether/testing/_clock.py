@@ -17,9 +17,10 @@ from ..stores._capabilities import Capability, capabilities_of
 from ..stores._mailbox import MailboxStore, Message
 from ..stores._memory import MemoryStore
 from ..stores._owners import Renewal, Served, WorkerAd
+from ..stores._queue import Claimed
 from ..stores._records import Entry, RunRecord
 from ..stores._respond import RespondingStore
-from ..stores._store import AdvertisingStore, Store, WorkerStore
+from ..stores._store import AdvertisingStore, BatchClaimingStore, Store, WorkerStore
 
 __all__ = ("ClockHoldingStore", "hold_clock")
 
@@ -145,6 +146,30 @@ class ClockHoldingStore:
             ttl=ttl,
             workflows=workflows,
             max_dispatches=max_dispatches,
+            gone=gone,
+            now=now,
+        )
+        return result
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        claim_batch = cast(BatchClaimingStore, self.inner).claim_batch
+        result: Sequence[Claimed] = await self._held(
+            claim_batch,
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=limit,
             gone=gone,
             now=now,
         )

@@ -34,6 +34,7 @@ from ._conformance_base import (
     maybe_await,
     same,
 )
+from ._conformance_batch import BATCH_CHECKS
 from ._conformance_delete import DELETE_CHECKS
 from ._conformance_leases import LEASE_CHECKS
 from ._conformance_messages import MESSAGE_CHECKS
@@ -346,6 +347,7 @@ CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "reopen": check_reopen,
     **LEASE_CHECKS,
     **QUEUE_CHECKS,
+    **BATCH_CHECKS,
     **DELETE_CHECKS,
     **MESSAGE_CHECKS,
     **RESPOND_CHECKS,
@@ -385,7 +387,8 @@ async def check_store(
     The lease checks (``claim_*``, ``fencing``, ``renewal``, ``cancel``) wait
     for short leases (0.3 s) to expire, on Trio's clock and the wall clock.
     The queue checks (``claim_next_*``) are skipped for a store without
-    ``claim_next`` (it serves no workers), ``advertise`` for one without
+    ``claim_next`` (it serves no workers), the batched claim checks (``claim_batch*``)
+    for one without ``claim_batch``, ``advertise`` for one without
     ``advertise`` and ``list_workers`` (it cannot tell stranded runs),
     ``watch`` for one without ``watch``, ``delete_run`` for one without ``delete_run`` (it cannot
     delete runs, so ``tether runs prune`` refuses it), and the mailbox checks (``messages``,
@@ -394,6 +397,8 @@ async def check_store(
     checks (``respond``, ``respond_refusals``, ``concurrent_responds``) for one without
     ``respond`` (``engine.respond`` refuses it). The run id checks (``run_id_rule``,
     ``odd_run_ids``) hold the store to :func:`tether.stores.check_run_id`'s rule.
+    ``batch_fencing`` writes to several runs at once, one of them with a stale
+    token: only that one is refused, however the store groups the writes.
 
     Returns:
         Which checks passed and which were skipped (a missing hook).

@@ -20,12 +20,20 @@ import attrs
 from .._errors import UsageError
 from ..stores._mailbox import MAILBOX_METHODS
 from ..stores._respond import RESPOND_METHODS
-from ..stores._store import ADVERTISE_METHODS, DELETE_METHODS, STORE_METHODS, WORKER_METHODS, Store
+from ..stores._store import (
+    ADVERTISE_METHODS,
+    BATCH_METHODS,
+    DELETE_METHODS,
+    STORE_METHODS,
+    WORKER_METHODS,
+    Store,
+)
 from ._faults import TORN_AFTER, Crash, Fault, torn_writer
 
 METHODS: Final = (
     *STORE_METHODS,
     *WORKER_METHODS,
+    *BATCH_METHODS,
     *ADVERTISE_METHODS,
     *DELETE_METHODS,
     *MAILBOX_METHODS,

@@ -50,6 +50,7 @@ import trio
 from ..stores._capabilities import Capability, capabilities_of
 from ..stores._mailbox import Message
 from ..stores._owners import Renewal, Served, WorkerAd
+from ..stores._queue import Claimed
 from ..stores._records import Entry, RunRecord
 from ..stores._store import Store
 from ._fault_rules import METHODS as METHODS
@@ -152,7 +153,8 @@ class FaultyStore:
                 ``get_run``, ``list_runs``, ``append``, ``load_entries``,
                 ``claim``, ``renew``, ``cancel_run`` (a fault on ``renew``
                 models a store that stops answering an engine's renewals),
-                ``claim_next``, ``advertise``, ``list_workers``, ``delete_run``,
+                ``claim_next``, ``claim_batch``, ``advertise``, ``list_workers``,
+                ``delete_run``,
                 ``send_message``, ``load_messages`` or ``respond`` (the last
                 ones reach the inner store only when it has them).
             fault: a :class:`Fault`: an object with ``async def apply(call)``.
@@ -384,6 +386,30 @@ class FaultyStore:
             ttl=ttl,
             workflows=workflows,
             max_dispatches=max_dispatches,
+            gone=gone,
+            now=now,
+        )
+        return result
+
+    async def claim_batch(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        limit: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> Sequence[Claimed]:
+        """The inner store's ``claim_batch``, faults permitting (see :attr:`capabilities`)."""
+        result: Sequence[Claimed] = await self._call(
+            "claim_batch",
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=limit,
             gone=gone,
             now=now,
         )
