@@ -619,7 +619,7 @@ def _lose_one_ack(store: tether.PostgresStore, attribute: str) -> list[int]:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return result
 
-    setattr(store, attribute, acall if attribute == "_queued" else call)
+    setattr(store, attribute, acall if attribute.startswith("_queued") else call)
     return lost
 
 
@@ -634,7 +634,7 @@ async def test_retries_after_a_lost_acknowledgement_find_what_was_stored(
         assert lost and await store.get_run("created") is not None
 
         claimed = await store.claim("done", owner, ttl=60, create=_record("done"))
-        lost = _lose_one_ack(store, "_in_thread")
+        lost = _lose_one_ack(store, "_queued_update")
         final = attrs.evolve(
             claimed, status=RunStatus.COMPLETED, result="1", owner=None, lease_expires_at=None
         )

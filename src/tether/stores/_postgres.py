@@ -121,11 +121,13 @@ class PostgresStore:
     returns it, a retried worker claim finds the run it claimed, a retried
     append finds its entries.
 
-    **Group commit.** Appends waiting at the same moment (parallel steps'
-    saves) are committed together, in one transaction, by one writer thread
-    (started by :meth:`open`, stopped by :meth:`close`). A cancelled append
-    not yet taken by the writer is withdrawn (definitely not stored); a batch
-    whose every caller left is cut, as above.
+    **Group commit.** Appends and run record writes waiting at the same
+    moment (parallel steps' saves, and the saves and outcomes of every run
+    the process executes) are committed together, in one transaction, by one
+    writer thread (started by :meth:`open`, stopped by :meth:`close`), each
+    fenced on its own. A cancelled write not yet taken by the writer is
+    withdrawn (definitely not stored); a batch whose every caller left is
+    cut, as above.
 
     The store may be reopened after it was closed.
     """
@@ -272,7 +274,14 @@ class PostgresStore:
         )
 
     async def update_run(self, record: RunRecord) -> RunRecord:
-        """Replace a run record, fenced (one transaction; notifies watchers).
+        """Replace a run record, fenced; group-committed with other writes; notifies watchers.
+
+        Queued for the writer like an append, so that the outcomes of many
+        runs (and their appends) share one transaction; fenced against the
+        run as the writes before it in that transaction left it. Transient
+        failures are retried here: a retry that finds this call's own write
+        stored returns it. Cancellation: see the class doc (a write the
+        writer has taken may still commit).
 
         Raises:
             RunNotFoundError: no run with this id.
@@ -281,9 +290,9 @@ class PostgresStore:
         """
         check_run_id(record.run_id)
         attempted: list[str] = []
-        return await self._call(
-            f"updating run {record.run_id!r}",
-            lambda conn, retrying: self._tables.update_run(conn, retrying, record, attempted),
+        what = f"updating run {record.run_id!r}"
+        return await self._conns.retrying(
+            what, lambda retrying: self._queued_update(record, attempted, what)
         )
 
     async def claim(
@@ -630,7 +639,7 @@ class PostgresStore:
         await self._conns.watch(self._tables.channel, changed)
 
     # -- calls ---------------------------------------------------------------------------
-    # _in_thread and _queued are looked up on the store at each attempt, so that a
+    # _in_thread, _queued and _queued_update are looked up on the store at each attempt, so that a
     # test can replace them (to lose an acknowledgement) without reaching inside.
 
     async def _call(self, what: str, fn: Callable[[Any, bool], T]) -> T:
@@ -665,3 +674,7 @@ class PostgresStore:
     async def _queued(self, appending: Appending, what: str) -> list[int | Entry]:
         """Queue *appending* for the group-committing writer and wait for it (one attempt)."""
         return await self._writer.queued(appending, what)
+
+    async def _queued_update(self, record: RunRecord, attempted: list[str], what: str) -> RunRecord:
+        """Queue a fenced write of *record* for the writer and wait for it (one attempt)."""
+        return await self._writer.queued_update(record, attempted, what)

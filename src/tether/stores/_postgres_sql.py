@@ -236,6 +236,7 @@ _TEXT: Final = {
         SELECT id FROM queued UNION ALL SELECT id FROM orphaned UNION ALL SELECT id FROM due
     """,
     "get_runs": _SELECT_RUN + " WHERE r.id = ANY(%s) ORDER BY r.id",
+    "get_runs_named": _SELECT_RUN + " WHERE r.run_id = ANY(%s)",
     # The runs an earlier attempt of a batched claim took and still holds.
     "claimed_by": _SELECT_RUN + " WHERE r.owner = %s AND r.claim = %s ORDER BY r.id",
     # Many run records' writes in one statement (their rows locked before).
@@ -326,6 +327,7 @@ class Statements:
         self.claim_owner = q["claim_owner"]
         self.claimable = q["claimable"]
         self.get_runs = q["get_runs"]
+        self.get_runs_named = q["get_runs_named"]
         self.claimed_by = q["claimed_by"]
         self.put_runs = q["put_runs"]
         self.drop_owner = q["drop_owner"]

@@ -264,10 +264,11 @@ class Tables:
                 )
                 if not decided:
                     continue
-                stored = [d.store for _, d in decided]
-                columns = [list(c) for c in zip(*(_run_params(r) for r in stored), strict=True)]
-                claims = [attempt if d.claimed else None for _, d in decided]
-                conn.execute(self.sql.put_runs, (*columns, claims))
+                self.put_runs(
+                    conn,
+                    [d.store for _, d in decided],
+                    claims=[attempt if d.claimed else None for _, d in decided],
+                )
                 self.notify(conn)
                 if any(d.claimed for _, d in decided):
                     (expires,) = conn.execute(
@@ -489,6 +490,21 @@ class Tables:
             return None, None
         row = conn.execute(self.sql.get_run, (run_id,)).fetchone()
         return self.decode_run(row), row[2]
+
+    def put_runs(
+        self, conn: Any, records: Sequence[RunRecord], *, claims: Sequence[str | None]
+    ) -> list[str]:
+        """Write many run records (their rows locked by the caller) in one statement; each
+        with the batched claim that took it (*claims*, ``None``: none). Their texts."""
+        params = [_run_params(r) for r in records]
+        columns = [list(c) for c in zip(*params, strict=True)]
+        conn.execute(self.sql.put_runs, (*columns, list(claims)))
+        return [str(p[0]) for p in params]
+
+    def read_runs(self, conn: Any, run_ids: Sequence[str]) -> dict[str, tuple[RunRecord, str]]:
+        """The stored records of *run_ids* (those there are), with their texts."""
+        rows = conn.execute(self.sql.get_runs_named, (list(run_ids),)).fetchall()
+        return {row[1]: (self.decode_run(row), row[2]) for row in rows}
 
     def read_run(self, conn: Any, run_id: str) -> RunRecord | None:
         row = conn.execute(self.sql.get_run, (run_id,)).fetchone()

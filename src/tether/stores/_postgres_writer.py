@@ -2,15 +2,21 @@
 
 Layer: stores (``tether.stores``).
 
-Appends are queued (:meth:`Writer.queued`) and stored by one thread, which
-takes every append queued while its previous transaction ran and stores
-them in one transaction of a few statements (the run rows locked in
-``run_id`` order, their highest seqs, one ``INSERT ... SELECT FROM
-unnest(...)``). If that fails (most likely an entry that is already
-stored), the batch is redone job by job, each in a savepoint, looking
-duplicates up, so one bad job fails alone. A caller who leaves withdraws
-its job if the writer has not taken it yet; a batch whose every caller
-left is cut (see :class:`._postgres_conn.Call`).
+Appends and run record writes (``update_run``: a run's outcome, its
+parking, its release) are queued (:meth:`Writer.queued`,
+:meth:`Writer.queued_update`) and stored by one thread, which takes every
+job queued while its previous transaction ran and stores them in one
+transaction of a few statements, whatever runs they are of (group commit
+across runs): the run rows locked in ``run_id`` order, the records to
+update read after the lock, their highest seqs, one ``INSERT ... SELECT
+FROM unnest(...)`` for the entries and one ``UPDATE ... FROM unnest(...)``
+for the records. Each job is fenced on its own, in queue order, against the
+run as the jobs before it in the batch left it, so one stale token fails
+its job alone. If the transaction fails (most likely an entry that is
+already stored), the batch is redone job by job, each in a savepoint,
+looking duplicates up, so one bad job fails alone. A caller who leaves
+withdraws its job if the writer has not taken it yet; a batch whose every
+caller left is cut (see :class:`._postgres_conn.Call`).
 
 It is separate from the store because it is a small concurrent program of
 its own (a queue, job states shared across threads, a batch in flight) and
@@ -30,10 +36,10 @@ import trio
 
 from .._errors import LeaseLostError, RunNotFoundError, StoreError, TetherError, UsageError
 from ._group_commit import PENDING, WITHDRAWN, drain, hand_back, take_pending
-from ._leases import check_append
+from ._leases import check_append, fenced_update
 from ._postgres_conn import Abandoned, Call, Connections, psycopg_module
 from ._postgres_tables import Tables
-from ._records import Entry
+from ._records import Entry, RunRecord
 from ._rows import Appending, row_data
 
 __all__ = ("Writer",)
@@ -41,19 +47,24 @@ __all__ = ("Writer",)
 
 @attrs.define(eq=False)
 class Job:
-    """One queued append, for the writer thread."""
+    """One queued append, or one run record write, for the writer thread."""
 
-    appending: Appending
+    run_id: str
+    appending: Appending | None  # an append, or
+    update: RunRecord | None  # a run record write (update_run), fenced
     token: trio.lowlevel.TrioToken
+    #: the texts each attempt of an update wrote (shared by its retries: a retry
+    #: that finds one of them stored knows an earlier attempt committed)
+    attempted: list[str] = attrs.field(factory=list)
     done: trio.Event = attrs.field(factory=trio.Event)
     state: int = PENDING  # guarded by the connections' lock
-    result: list[int | Entry] | None = None
+    result: list[int | Entry] | RunRecord | None = None
     error: BaseException | None = None
 
 
 #: What a job of the writer's batch ended with: each entry's new seq (or the
-#: stored entry it equals), or an error.
-_Result: TypeAlias = tuple[list[int | Entry] | None, BaseException | None]
+#: stored entry it equals), or the stored record; or an error.
+_Result: TypeAlias = tuple[list[int | Entry] | RunRecord | None, BaseException | None]
 
 
 def _wake(jobs: list[Job]) -> None:
@@ -109,12 +120,28 @@ class Writer:
 
     async def queued(self, appending: Appending, what: str) -> list[int | Entry]:
         """Queue *appending* for the writer and wait for it (one attempt)."""
+        job = Job(appending.run_id, appending, None, trio.lowlevel.current_trio_token())
+        result = await self._wait(job, what)
+        assert isinstance(result, list)
+        return result
+
+    async def queued_update(self, record: RunRecord, attempted: list[str], what: str) -> RunRecord:
+        """Queue a fenced write of *record* for the writer and wait for it (one attempt).
+
+        *attempted* is shared by the attempts of one ``update_run``.
+        """
+        job = Job(record.run_id, None, record, trio.lowlevel.current_trio_token(), attempted)
+        result = await self._wait(job, what)
+        assert isinstance(result, RunRecord)
+        return result
+
+    async def _wait(self, job: Job, what: str) -> list[int | Entry] | RunRecord:
+        """Queue *job* and wait for its result."""
         await trio.lowlevel.checkpoint_if_cancelled()
         conns = self._conns
         if not conns.is_open:
             await trio.lowlevel.checkpoint()
             raise UsageError(f"{what}: {self._label} is not open")
-        job = Job(appending, trio.lowlevel.current_trio_token())
         with conns.lock:
             if not conns.is_open:  # closed since the check above (no checkpoint between)
                 raise UsageError(f"{what}: {self._label} is not open")
@@ -180,50 +207,95 @@ class Writer:
     def _batch(self, conn: Any, jobs: list[Job]) -> list[_Result]:
         """The fast path: a few statements for the whole batch, no duplicate lookups."""
         sql = self._tables.sql
-        run_ids = sorted({job.appending.run_id for job in jobs})
+        run_ids = sorted({job.run_id for job in jobs})
         fences = {
             r: (owner, token)
             for r, owner, token in conn.execute(sql.lock_fences, (run_ids,)).fetchall()
         }
-        last = dict(conn.execute(sql.last_seqs, (run_ids,)).fetchall())
+        updating = sorted({job.run_id for job in jobs if job.update is not None})
+        # Read after the lock: this statement's snapshot sees the previous holders' commits.
+        currents = self._tables.read_runs(conn, updating) if updating else {}
+        appending = sorted({job.run_id for job in jobs if job.appending is not None})
+        last = dict(conn.execute(sql.last_seqs, (appending,)).fetchall()) if appending else {}
         cols: tuple[list[str], list[int], list[str], list[str]] = ([], [], [], [])
+        puts: dict[str, RunRecord] = {}  # each run's last record written in the batch
         results: list[_Result] = []
         for job in jobs:
-            appending = job.appending
-            run_id = appending.run_id
-            fence = fences.get(run_id)
-            if fence is None:
+            run_id = job.run_id
+            if run_id not in fences:
                 results.append((None, self._no_run(run_id)))
                 continue
+            if job.update is not None:
+                try:
+                    stored = self._update(job, job.update, currents)
+                except TetherError as exc:
+                    results.append((None, exc))
+                    continue
+                if stored is not currents[run_id][0]:
+                    currents[run_id] = (stored, "")
+                    puts[run_id] = stored
+                fences[run_id] = (stored.owner, stored.token)
+                results.append((stored, None))
+                continue
+            assert job.appending is not None
+            owner, token = fences[run_id]
             try:
-                check_append(run_id, appending.entries, token=fence[1], owner=fence[0])
+                check_append(run_id, job.appending.entries, token=token, owner=owner)
             except LeaseLostError as exc:
                 results.append((None, exc))
                 continue
             seq = last.get(run_id) or 0
             seqs: list[int | Entry] = []
-            for i, ikey in enumerate(appending.ikeys):
+            for i, ikey in enumerate(job.appending.ikeys):
                 seq += 1
                 cols[0].append(run_id)
                 cols[1].append(seq)
                 cols[2].append(ikey)
-                cols[3].append(row_data(appending, i, seq))
+                cols[3].append(row_data(job.appending, i, seq))
                 seqs.append(seq)
             last[run_id] = seq
             results.append((seqs, None))
         if cols[0]:
             conn.execute(sql.insert_entries, cols)
+        if puts:
+            records = list(puts.values())
+            texts = self._tables.put_runs(conn, records, claims=[None] * len(records))
+            written = dict(zip(puts, texts, strict=True))
+            for job in jobs:
+                if job.update is not None and job.run_id in written:
+                    job.attempted.append(written[job.run_id])
+            self._tables.notify(conn)
         return results
+
+    def _update(
+        self, job: Job, record: RunRecord, currents: dict[str, tuple[RunRecord, str]]
+    ) -> RunRecord:
+        """The record an update job stores, fenced against the run as the batch left it;
+        the current one when an earlier attempt of the same update committed."""
+        current, text = currents.get(job.run_id, (None, ""))
+        if current is None:
+            raise self._no_run(job.run_id)
+        if text and text in job.attempted:
+            return current  # the earlier attempt committed
+        return fenced_update(current, record)
 
     def _jobs(self, conn: Any, jobs: list[Job]) -> list[_Result]:
         """The slow path: job by job, each in a savepoint, locking runs in ``run_id`` order."""
         psycopg, _ = psycopg_module()
         results: list[_Result] = [(None, None)] * len(jobs)
-        order = sorted(range(len(jobs)), key=lambda i: jobs[i].appending.run_id)
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i].run_id)
         for i in order:
+            job = jobs[i]
             try:
                 with conn.transaction():
-                    results[i] = (self._append_one(conn, jobs[i].appending), None)
+                    if job.update is not None:
+                        stored = self._tables.update_run(
+                            conn, bool(job.attempted), job.update, job.attempted
+                        )
+                        results[i] = (stored, None)
+                    else:
+                        assert job.appending is not None
+                        results[i] = (self._append_one(conn, job.appending), None)
             except (
                 TetherError,
                 psycopg.IntegrityError,
