@@ -153,16 +153,19 @@ WHERE r.id IN (
             OR p.expires <= :now OR q.owner IN ({gone}))
         ORDER BY q.id LIMIT :limit)
     UNION ALL
-    SELECT id FROM (SELECT id FROM runs WHERE status = 'waiting' AND wake_at <= :clock
-        AND {served} ORDER BY wake_at LIMIT :limit))
+    SELECT id FROM (SELECT id FROM runs INDEXED BY runs_wake
+        WHERE status = 'waiting' AND wake_at <= :clock AND {served}
+        ORDER BY wake_at LIMIT :limit))
 ORDER BY r.id
 """
 )
 #: The served workflows' condition of :data:`DISPATCHABLE` (``{prefix}``: a
 #: table alias and dot, or nothing; ``{workflows}`` and ``{pairs}``: placeholders).
+#: The unary ``+`` keeps the planner off the ``(workflow, id)`` index, which
+#: would walk every finished run of the workflow: the status indexes lead.
 SERVED: Final = (
-    "{prefix}workflow IN ({workflows}) AND "
-    "({prefix}workflow, COALESCE({prefix}version, '')) IN (VALUES {pairs})"
+    "+{prefix}workflow IN ({workflows}) AND "
+    "(+{prefix}workflow, COALESCE({prefix}version, '')) IN (VALUES {pairs})"
 )
 SET_OWNER: Final = """
 INSERT INTO owners (owner, expires) VALUES (?, ?)
