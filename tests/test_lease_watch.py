@@ -66,3 +66,32 @@ async def tether_get(store: tether.MemoryStore, run_id: str) -> str:
     record = await store.get_run(run_id)
     assert record is not None
     return record.status.value
+
+
+async def test_a_run_lost_while_the_store_hung_is_released_once_it_answers(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A lease lost here (no renewal answered for lease_ttl) while the owner lives on:
+    the run is released once the store answers, so another worker takes it at once,
+    instead of waiting for this owner's row to expire (never, while it holds runs)."""
+    global gate
+    gate = trio.Event()
+    inner = tether.MemoryStore()
+    store = FaultyStore(inner)
+    store.inject("renew", Hang(), times=1)  # the first renewal hangs past the leases' expiry
+    async with tether.open_engine(store, lease_ttl=TTL) as engine:
+        with pytest.raises(tether.LeaseLostError):
+            await engine.run(holding, run_id="lost")
+        async with trio.open_nursery() as nursery:
+            # The owner lives on: it holds another run, renewed all along.
+            nursery.start_soon(functools.partial(engine.run, holding, run_id="kept"))
+            await trio.sleep(TTL)  # virtual: a few renewal intervals
+            stored = await inner.get_run("lost")
+            assert stored is not None and stored.owner is None, (
+                f"the run lost while the store hung is still held: {stored!r}"
+            )
+            taken = await inner.claim_batch(
+                "host-z:9:z", ttl=TTL, workflows=[holding.name], max_dispatches=5, limit=5
+            )
+            assert [c.record.run_id for c in taken] == ["lost"]
+            gate.set()

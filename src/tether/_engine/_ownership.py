@@ -47,6 +47,11 @@ __all__ = ("Leases",)
 
 log = logging.getLogger("tether")
 
+#: Seconds past ``lease_ttl`` that runs lost here while the store did not answer
+#: are looked at, to be released once it answers (a store down for longer: their
+#: owner's row expires when this engine holds nothing more, or closes).
+_LOST_RELEASE_HORIZON = 300.0
+
 
 @attrs.define(eq=False)
 class _Held:
@@ -75,8 +80,9 @@ class Leases:
         self.renewals = 0
         self._confirmed = -math.inf  # Trio time a claim or renewal last confirmed the lease
         self._releases: dict[str, RunRecord] = {}
-        #: runs whose claim was cut short, its outcome unknown: Trio time until which
-        #: the task looks whether it landed after all (then nobody executes the run)
+        #: runs whose claim was cut short, its outcome unknown, or whose lease was
+        #: lost here: Trio time until which the task looks whether the store still
+        #: names this engine their owner (then nobody executes the run: released)
         self._unsure: dict[str, float] = {}
         self._claiming: set[str] = set()  # runs whose claim is awaited now
         self._wake = trio.Event()
@@ -292,7 +298,8 @@ class Leases:
                 del self._releases[run_id]
 
     async def _release_unsure(self) -> None:
-        """Release each run whose cut-short claim landed after all (see :meth:`claim`)."""
+        """Release each run whose cut-short claim landed after all (see :meth:`claim`), and
+        each run whose lease was lost here while the store did not answer."""
         for run_id, until in list(self._unsure.items()):
             if run_id in self.held or run_id in self._claiming:
                 continue  # claimed again here: that execution holds it
@@ -311,7 +318,7 @@ class Leases:
                 self._unsure.pop(run_id, None)
                 continue
             except Exception as exc:
-                log.warning("tether: releasing the late claim of run %s failed: %r", run_id, exc)
+                log.warning("tether: releasing run %s (retried) failed: %r", run_id, exc)
             if trio.current_time() >= until:
                 self._unsure.pop(run_id, None)
 
@@ -351,13 +358,24 @@ class Leases:
         )
 
     def _lose_expired(self) -> bool:
-        """Lose every lease held when none was confirmed for ``lease_ttl``; whether it did."""
+        """Lose every lease held when none was confirmed for ``lease_ttl``; whether it did.
+
+        The runs lost are released once the store answers again, each fenced
+        by its stored token (refused if another owner took it over
+        meanwhile): this engine's owner row may live on (renewed for the
+        runs it holds later, or by its claims), and a run it still names as
+        owner would be taken by nobody until that row expired.
+        """
         if not self.held or trio.current_time() < self._confirmed + self.ttl:
             return False
+        lost = list(self.held)
         self._lose_all(
             f"no lease renewal succeeded for lease_ttl={self.ttl} s (this process was "
             "paused, or the store did not answer)"
         )
+        until = trio.current_time() + self.ttl + _LOST_RELEASE_HORIZON
+        for run_id in lost:
+            self._unsure[run_id] = until
         return True
 
     def _lose_all(self, why: str) -> None:
