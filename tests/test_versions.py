@@ -399,6 +399,8 @@ async def test_a_postgres_schema_of_version_1_is_migrated(postgres_server: Postg
     await store.close()
     schema = f'"{store.schema}"'
     postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN claim")
+    postgres_server.sql(f"DROP INDEX {schema}.runs_queued")
+    postgres_server.sql(f"DROP INDEX {schema}.runs_running")
     postgres_server.sql(f"ALTER TABLE {schema}.owners ADD COLUMN last_claim text")
     postgres_server.sql(
         f"CREATE INDEX runs_dispatchable ON {schema}.runs (id) "

@@ -68,6 +68,10 @@ SCHEMA_VERSION: Final = 5
 #: ``hashtext(schema)``, so stores in other schemas migrate independently.
 ADVISORY_LOCK_CLASS: Final = 0x7E7E_7E01
 
+# Queued and running runs by id, for workers' claims: each holds only those runs.
+_QUEUED_INDEX: Final = "CREATE INDEX runs_queued ON {s}.runs (id) WHERE status = 'queued'"
+_RUNNING_INDEX: Final = "CREATE INDEX runs_running ON {s}.runs (id) WHERE status = 'running'"
+
 # When a waiting run (parked on a timer) is due, for workers' claims; only
 # waiting runs have one, so the index holds only them.
 _WAKE_INDEX: Final = "CREATE INDEX runs_wake ON {s}.runs (wake_at) WHERE status = 'waiting'"
@@ -105,6 +109,8 @@ _CREATE: Final = (
     "CREATE INDEX runs_status ON {s}.runs (status, id)",
     "CREATE INDEX runs_workflow ON {s}.runs (workflow, id)",
     "CREATE INDEX runs_owner ON {s}.runs (owner) WHERE owner IS NOT NULL",
+    _QUEUED_INDEX,
+    _RUNNING_INDEX,
     _WAKE_INDEX,
     """CREATE TABLE {s}.entries (
         run_id text NOT NULL,
@@ -136,12 +142,13 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     3: (_MESSAGES,),
     # 4 -> 5: batched claims. A claim's attempt is kept on the runs it took
     # (not on the owner's row, rewritten by every claim: a hot row), and
-    # claims find candidates through (status, id) and runs_wake, so the
-    # index of queued and running runs by id goes.
+    # claims find each kind of candidate through an index of its own.
     4: (
         "ALTER TABLE {s}.runs ADD COLUMN claim text",
         "ALTER TABLE {s}.owners DROP COLUMN last_claim",
         "DROP INDEX {s}.runs_dispatchable",
+        _QUEUED_INDEX,
+        _RUNNING_INDEX,
     ),
 }
 
@@ -205,22 +212,26 @@ _TEXT: Final = {
     # runs_wake), so the cost does not grow with the finished runs kept nor
     # with the backlog. Rows another claimer holds are skipped, not waited
     # for; the ids already looked at in this transaction (which SKIP LOCKED
-    # does not skip: this transaction holds them) are excluded. The records
+    # does not skip: this transaction holds them) are excluded. The indexes
+    # of queued and of running runs by id hold only those: the planner takes
+    # them over the id index, which it walked past every finished run when
+    # statistics taken before a drain said most runs were queued. The
+    # served pairs are one text each (name, a unit separator, version: a
+    # filter on the ordered index scan, where a join with the pairs made the
+    # planner sort every queued run), decided exactly by decide_batch. The records
     # are read by a later statement (get_runs), whose snapshot sees what the
     # previous lock holders committed, and decide_batch() decides on that.
     "claimable": """
         WITH queued AS (
             SELECT id FROM {s}.runs
             WHERE status = 'queued' AND workflow = ANY(%(names)s)
-            AND (workflow, COALESCE(version, '')) IN (
-                SELECT * FROM unnest(%(pnames)s::text[], %(pversions)s::text[]))
+            AND workflow || chr(31) || COALESCE(version, '') = ANY(%(pairs)s)
             AND id <> ALL(%(seen)s::bigint[])
             ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
         ), orphaned AS (
             SELECT r.id FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
             WHERE r.status = 'running' AND r.workflow = ANY(%(names)s)
-            AND (r.workflow, COALESCE(r.version, '')) IN (
-                SELECT * FROM unnest(%(pnames)s::text[], %(pversions)s::text[]))
+            AND r.workflow || chr(31) || COALESCE(r.version, '') = ANY(%(pairs)s)
             AND (r.owner IS NULL OR o.expires IS NULL OR o.expires <= clock_timestamp()
                 OR r.owner = ANY(%(dead)s))
             AND r.id <> ALL(%(seen)s::bigint[])
@@ -228,8 +239,7 @@ _TEXT: Final = {
         ), due AS (
             SELECT id FROM {s}.runs
             WHERE status = 'waiting' AND wake_at <= %(now)s AND workflow = ANY(%(names)s)
-            AND (workflow, COALESCE(version, '')) IN (
-                SELECT * FROM unnest(%(pnames)s::text[], %(pversions)s::text[]))
+            AND workflow || chr(31) || COALESCE(version, '') = ANY(%(pairs)s)
             AND id <> ALL(%(seen)s::bigint[])
             ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
         )

@@ -232,9 +232,8 @@ class Tables:
         *attempt*'s on the runs it takes: a few statements for the whole batch."""
         params: dict[str, object] = {
             "names": sorted({name for name, _ in served}),
-            "pnames": [name for name, _ in served],
             # A version is never empty: '' stands for NULL (unversioned) in the pairs.
-            "pversions": [version or "" for _, version in served],
+            "pairs": [f"{name}\x1f{version or ''}" for name, version in served],
             "dead": dead,
             "now": now,
         }
