@@ -164,9 +164,10 @@ async def _read_until(child: Spawned, marker: bytes) -> None:
 
 @contextlib.asynccontextmanager
 async def processes(
-    argvs: Sequence[Sequence[str]], *, ready: bytes, logdir: Path
+    argvs: Sequence[Sequence[str]], *, ready: bytes, logdir: Path, cwd: Path = HERE
 ) -> AsyncIterator[list[Spawned]]:
-    """Start each argv (cwd: this directory), wait until each printed *ready*, yield them.
+    """Start each argv (in *cwd*: this directory by default), wait until each printed
+    *ready*, yield them.
 
     On leaving, each gets SIGTERM (a drain), then SIGKILL if it is still
     there after 15 s; their remaining output is read into ``.out``.
@@ -177,7 +178,7 @@ async def processes(
             log = logdir / f"worker-{next(_ids)}.log"
             with log.open("wb") as err:
                 proc = await trio.lowlevel.open_process(
-                    list(argv), cwd=HERE, stdout=subprocess.PIPE, stderr=err
+                    list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=err
                 )
             children.append(Spawned(proc, log))
         with trio.fail_after(60):

@@ -71,7 +71,8 @@ def find_bindir() -> Path | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (another process may take it before a server does)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -103,7 +104,9 @@ class PostgresServer:
             argv, env=env, capture_output=True, text=True, timeout=_PG_CTL_WAIT + 30, check=False
         )
 
-    def _checked(self, *cmd: str) -> None:
+    def checked(self, *cmd: str) -> None:
+        """Run a server command (``pg_ctl``, ``pg_basebackup``...) from :attr:`bindir`, as the
+        server's user; raises :class:`PostgresUnavailable` with its output if it fails."""
         done = self._run(*cmd)
         if done.returncode != 0:
             log = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
@@ -113,7 +116,7 @@ class PostgresServer:
             )
 
     def initdb(self) -> None:
-        self._checked(
+        self.checked(
             "initdb",
             "-D",
             str(self.data),
@@ -141,6 +144,8 @@ class PostgresServer:
             conf.writelines(f"{k} = {v}\n" for k, v in settings.items())
         (self.data / "pg_hba.conf").write_text(
             "local all all trust\n"
+            "local replication all trust\n"  # pg_basebackup, standbys
+            "host replication all 127.0.0.1/32 trust\n"
             f"host all {SECRET_USER} 127.0.0.1/32 scram-sha-256\n"
             "host all all 127.0.0.1/32 trust\n",
             encoding="utf-8",
@@ -148,7 +153,7 @@ class PostgresServer:
 
     def _pg_ctl(self, *args: str) -> None:
         wait = ("-w", "-t", str(_PG_CTL_WAIT))
-        self._checked("pg_ctl", "-D", str(self.data), "-l", str(self.log), *wait, *args)
+        self.checked("pg_ctl", "-D", str(self.data), "-l", str(self.log), *wait, *args)
 
     def start(self) -> None:
         self._pg_ctl("start")
@@ -237,7 +242,8 @@ class PostgresServer:
             return cur.fetchall() if cur.description else []
 
 
-def _start(bindir: Path) -> PostgresServer:
+def new_server(bindir: Path) -> PostgresServer:
+    """A server on a new temporary directory (its user's) and a free port; no cluster yet."""
     as_postgres = os.geteuid() == 0
     directory = Path(tempfile.mkdtemp(prefix="tether-pg-"))
     if as_postgres:
@@ -250,7 +256,12 @@ def _start(bindir: Path) -> PostgresServer:
             ) from None
         os.chown(directory, entry.pw_uid, entry.pw_gid)
     os.chmod(directory, 0o700)
-    server = PostgresServer(bindir, directory, _free_port(), as_postgres)
+    return PostgresServer(bindir, directory, free_port(), as_postgres)
+
+
+def start_server(bindir: Path) -> PostgresServer:
+    """A new cluster in a new temporary directory, started, with :data:`DATABASE` and the roles."""
+    server = new_server(bindir)
     try:
         server.initdb()
         server.start()
@@ -296,7 +307,7 @@ def start_once() -> PostgresServer:
     last: Exception | None = None
     for _ in range(3):  # another process may take the free port before the server does
         try:
-            _server = _start(bindir)
+            _server = start_server(bindir)
         except (PostgresUnavailable, OSError, subprocess.SubprocessError) as exc:
             last = exc
             continue
@@ -322,6 +333,20 @@ def session_server() -> PostgresServer:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true: the PostgreSQL tests must run, but {exc}", pytrace=False)
         pytest.skip(f"PostgreSQL tests skipped: {exc}")
+
+
+def as_schema_4(server: PostgresServer, schema: str) -> None:
+    """Turn a store's tables of today (schema version 5) back into version 4's layout."""
+    quoted = f'"{schema}"'
+    server.sql(f"ALTER TABLE {quoted}.runs DROP COLUMN claim")
+    server.sql(f"DROP INDEX {quoted}.runs_queued")
+    server.sql(f"DROP INDEX {quoted}.runs_running")
+    server.sql(f"ALTER TABLE {quoted}.owners ADD COLUMN last_claim text")
+    server.sql(
+        f"CREATE INDEX runs_dispatchable ON {quoted}.runs (id) "
+        "WHERE status IN ('queued', 'running')"
+    )
+    server.sql(f"UPDATE {quoted}.tether_schema SET version = 4")
 
 
 @contextlib.contextmanager

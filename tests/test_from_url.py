@@ -239,6 +239,36 @@ def test_postgres_store_takes_its_own_urls() -> None:
     assert PostgresStore("host=db user=shop dbname=orders").url == "postgresql://shop@db/orders"
 
 
+PRIMARY_AND_STANDBY = "postgresql://shop@db1:5432,db2:5433/orders?target_session_attrs=read-write"
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "url"),
+    [
+        ("postgresql://shop:s3cret@db1:5432,db2:5433/orders?target_session_attrs=read-write",
+         PRIMARY_AND_STANDBY),
+        ("host=db1,db2 port=5432,5433 user=shop password=s3cret dbname=orders "
+         "target_session_attrs=read-write", PRIMARY_AND_STANDBY),
+        ("host=db1,db2 port=5432 dbname=orders", "postgresql://db1:5432,db2:5432/orders"),
+        ("postgresql://db1:5432,db2/orders?target_session_attrs=any",
+         "postgresql://db1:5432,db2/orders"),
+        ("host=::1 port=5432 dbname=orders", "postgresql://[::1]:5432/orders"),
+        ("host=/run/pg port=5432 dbname=orders", "postgresql://%2Frun%2Fpg:5432/orders"),
+    ],
+)  # fmt: skip
+def test_a_multi_host_url_keeps_each_host_with_its_port(conninfo: str, url: str) -> None:
+    """A primary and its standby (failover): each host keeps its own port, and
+    ``target_session_attrs`` stays, so the URL reaches the server the conninfo does."""
+    store = PostgresStore(conninfo)
+    assert store.url == url
+    assert url in repr(store) and "s3cret" not in repr(store)
+    again = from_url(store.url)
+    assert isinstance(again, PostgresStore) and again.url == url
+    if conninfo.startswith("postgresql:"):  # a URL: the command line's --store takes it too
+        made = from_url(conninfo)
+        assert isinstance(made, PostgresStore) and made.url == url
+
+
 # -- a missing optional dependency ------------------------------------------------------------
 
 EXTRA = "pip install -e '.[postgres]' in tether's clone"

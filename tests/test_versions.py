@@ -47,7 +47,7 @@ from tether.stores._postgres_sql import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSIO
 from tether.testing.pytest_plugin import saved_registry
 
 from . import _fleet
-from ._postgres import PostgresServer
+from ._postgres import PostgresServer, as_schema_4
 from ._stores import InlineSlowStore
 from .conftest import reopen_store
 
@@ -398,14 +398,7 @@ async def test_a_postgres_schema_of_version_1_is_migrated(postgres_server: Postg
     await store.open()  # the tables, at today's version
     await store.close()
     schema = f'"{store.schema}"'
-    postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN claim")
-    postgres_server.sql(f"DROP INDEX {schema}.runs_queued")
-    postgres_server.sql(f"DROP INDEX {schema}.runs_running")
-    postgres_server.sql(f"ALTER TABLE {schema}.owners ADD COLUMN last_claim text")
-    postgres_server.sql(
-        f"CREATE INDEX runs_dispatchable ON {schema}.runs (id) "
-        "WHERE status IN ('queued', 'running')"
-    )  # (schema 5's)
+    as_schema_4(postgres_server, store.schema)
     postgres_server.sql(f"DROP TABLE {schema}.workers")
     postgres_server.sql(f"DROP TABLE {schema}.messages")  # (schema 4's)
     postgres_server.sql(f"ALTER TABLE {schema}.runs DROP COLUMN version")

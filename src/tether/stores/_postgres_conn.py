@@ -9,15 +9,20 @@ shutting its connection's socket down (:class:`Call`), transient failures
 told from permanent ones and retried with backoff, and error messages and
 log lines with the password scrubbed out. It is separate so that the store
 (:mod:`._postgres`) and its group-committing writer (:mod:`._postgres_writer`)
-read as what they do with a connection, not how they get one.
+read as what they do with a connection, not how they get one. Whole because
+the pool, the threads that take its connections, the cutting of their
+sockets and the waits they log share one lock and one registry of calls:
+split, each part would reach into the other's state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
+import select
 import socket
 import threading
 import time
@@ -42,10 +47,18 @@ log = logging.getLogger("tether.postgres")
 
 #: Retries of transient errors: the first delay, the longest one.
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
+#: The longest wait before retrying a call whose connection died under it: the
+#: next attempt takes a fresh one, and waits in the pool while none can be made.
+_BACKOFF_LOST: Final = 0.4
 #: How long a connection may sit in the pool before it is checked on checkout.
 _CHECK_AFTER: Final = 2.0
 #: How often a thread waiting for a pool connection looks whether its caller left.
 _GETCONN_SLICE: Final = 0.25
+#: How long the pool tries again to replace a connection that failed to connect
+#: before it gives the attempt up (a caller waiting then starts another at once).
+_RECONNECT_TIMEOUT: Final = 0.5
+#: A call that waited this long for a connection is logged (once per episode).
+WAIT_WARNING: Final = 3.0
 # Messages of connection failures (no SQLSTATE) that a retry cannot cure.
 _PERMANENT: Final = re.compile(
     r"password authentication failed|authentication failed|does not exist|"
@@ -54,6 +67,8 @@ _PERMANENT: Final = re.compile(
     r"unsupported frontend protocol|server does not support SSL",
     re.IGNORECASE,
 )
+# A failure to connect, as psycopg words it (3.2 and later, and before).
+_CONNECTING: Final = re.compile(r"connection (?:failed|to server)")
 # SQLSTATEs a retry can cure: connection exceptions (class 08), the server
 # shutting down or starting up, serialization failures and deadlocks, too many
 # connections.
@@ -160,6 +175,7 @@ class Connections:
         self.calls: set[Call] = set()  # calls whose thread runs, guarded by lock
         self.idle = threading.Condition(self.lock)  # notified when calls empties
         self.returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self.late = 0  # calls waiting WAIT_WARNING s or more for a connection; guarded by lock
 
     # -- the pool ----------------------------------------------------------------------------
 
@@ -176,10 +192,9 @@ class Connections:
             min_size=1,
             max_size=self.pool_size + 1,
             open=False,
-            check=self._check_connection,
             name=self.pool_name,
             timeout=self.connect_timeout + 5,
-            reconnect_timeout=max(self.retry_timeout, 1.0),
+            reconnect_timeout=_RECONNECT_TIMEOUT,
             num_workers=2,
         )
         pool.open()  # starts the pool's threads; connects in them, so it does not block
@@ -213,7 +228,11 @@ class Connections:
 
         Backoff doubles from ``_BACKOFF_FIRST`` to ``_BACKOFF_MAX`` seconds,
         waited in real time (the database's time, whatever Trio's clock),
-        for up to ``retry_timeout`` seconds in all. Cancellable throughout.
+        for up to ``retry_timeout`` seconds in all; after a failure that
+        says the attempt's connection died, the wait is at most
+        ``_BACKOFF_LOST`` (a backend killed every moment must not hold a
+        call back for seconds once connections live again). Cancellable
+        throughout.
         Non-transient psycopg errors become :class:`~tether.StoreError`
         with a sanitized message; tether's own errors pass through.
         """
@@ -228,10 +247,11 @@ class Connections:
                 now = time.monotonic()
                 if give_up is None:
                     give_up = now + self.retry_timeout
-                if not _transient(exc) or now + delay > give_up:
+                pause = min(delay, _BACKOFF_LOST) if _lost(exc) else delay
+                if not _transient(exc) or now + pause > give_up:
                     raise self.error(what, exc) from None
-                log.warning("%s: %s; retrying in %.2fs", what, self.redact(_message(exc)), delay)
-            await _sleep(delay)
+                log.warning("%s: %s; retrying in %.2fs", what, self.redact(_message(exc)), pause)
+            await _sleep(pause)
             delay = min(delay * 2, _BACKOFF_MAX)
             retrying = True
 
@@ -244,25 +264,54 @@ class Connections:
             self.checkin(call, conn)
 
     def checkout(self, call: Call) -> Any:
-        """A pooled connection for *call*, its socket registered so it can be cut.
+        """A live pooled connection for *call*, its socket registered so it can be cut.
 
         Waits for the pool in slices, so that a thread whose caller left
-        stops waiting soon.
+        stops waiting soon. A connection found dead (:meth:`alive`) is closed
+        and handed back at once, and the wait goes on: the pool replaces it,
+        and this caller is in the pool's queue when the replacement comes.
+        (The pool's own check slept a growing backoff after a dead one, out
+        of its queue, while the replacements died idle in the pool: under
+        repeated kills of the backends no call got a connection for
+        seconds.) A wait of :data:`WAIT_WARNING` seconds or more is logged,
+        once per episode of the store (:meth:`overdue`).
+
+        Raises:
+            Abandoned: the caller left.
+            psycopg_pool.PoolTimeout: no connection within
+                ``connect_timeout + 5`` seconds (a transient error).
         """
         _, psycopg_pool = psycopg_module()
         pool = self.pool
         if pool is None:
             raise Abandoned
-        deadline = time.monotonic() + self.connect_timeout + 5
-        while True:
-            if call.abandoned:
-                raise Abandoned
-            try:
-                conn = pool.getconn(timeout=_GETCONN_SLICE)
-                break
-            except psycopg_pool.PoolTimeout:
-                if time.monotonic() >= deadline:
-                    raise
+        start = time.monotonic()
+        deadline = start + self.connect_timeout + 5
+        late = False
+        try:
+            while True:
+                if call.abandoned:
+                    raise Abandoned
+                try:
+                    conn = pool.getconn(timeout=_GETCONN_SLICE)
+                except psycopg_pool.PoolTimeout:
+                    conn = None
+                if conn is not None:
+                    if self.alive(conn):
+                        break
+                    conn.close()
+                    pool.putconn(conn)  # closed: the pool replaces it
+                now = time.monotonic()
+                if not late and now - start >= WAIT_WARNING:
+                    late = True
+                    self.overdue(+1, now - start)
+                if now >= deadline:
+                    raise psycopg_pool.PoolTimeout(
+                        f"no live connection in {now - start:.1f}s from pool {self.pool_name!r}"
+                    )
+        finally:
+            if late:
+                self.overdue(-1, time.monotonic() - start)
         try:
             sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
         except OSError:
@@ -278,6 +327,58 @@ class Connections:
             sock.close()
         pool.putconn(conn)
         raise Abandoned
+
+    def overdue(self, change: int, waited: float) -> None:
+        """Count a call that began (+1) or ended (-1) a wait of WAIT_WARNING seconds or more.
+
+        The first such call of an episode logs a WARNING; the last one to
+        end it, an INFO: a log line says the store waits for connections,
+        another that it has them again, however many calls wait.
+        """
+        with self.lock:
+            self.late += change
+            edge = self.late == (1 if change > 0 else 0)
+        if not edge:
+            pass
+        elif change > 0:
+            log.warning(
+                "%s: waiting for a connection for %.1fs so far (the pool's %d are all in use, "
+                "or new ones cannot be made)",
+                self.label,
+                waited,
+                self.pool_size + 1,
+            )
+        else:
+            log.info(
+                "%s: connections again: no call waits for one any more (the last waited %.1fs)",
+                self.label,
+                waited,
+            )
+
+    def alive(self, conn: Any) -> bool:
+        """Whether *conn*, idle from the pool, is usable.
+
+        No round trip, unless its socket has something to read (an idle
+        connection's server says something only when it ends it: a
+        terminated backend's farewell, or the socket's end), or it sat in
+        the pool over ``_CHECK_AFTER`` seconds (a server gone silently), or
+        it is new to this store: then an empty statement decides.
+        """
+        psycopg, _ = psycopg_module()
+        if conn.closed:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(conn.pgconn.socket, select.POLLIN)
+            pending = bool(poller.poll(0))
+        except (psycopg.Error, OSError):  # no socket any more
+            return False
+        if pending or time.monotonic() - self.returned.get(conn, 0.0) > _CHECK_AFTER:
+            try:
+                conn.execute("")
+            except psycopg.Error:
+                return False
+        return True
 
     def checkin(self, call: Call, conn: Any) -> None:
         with self.lock:
@@ -296,11 +397,6 @@ class Connections:
                 conn.close()
         except Exception:  # a closed pool that no longer knows it: just close it
             conn.close()
-
-    def _check_connection(self, conn: Any) -> None:
-        """The pool's check on checkout: a round trip, for connections idle a while."""
-        if time.monotonic() - self.returned.get(conn, 0.0) > _CHECK_AFTER:
-            conn.execute("")
 
     def cut(self, call: Call) -> None:
         with self.lock:
@@ -462,22 +558,46 @@ def _transient(exc: BaseException) -> bool:
     return _PERMANENT.search(str(exc)) is None
 
 
+def _lost(exc: BaseException) -> bool:
+    """Whether the psycopg error *exc* says a connection died under a statement.
+
+    Not a failure to connect (the pool's or :meth:`Connections.direct`'s):
+    those keep the whole backoff, as the server may be away.
+    """
+    psycopg, psycopg_pool = psycopg_module()
+    if isinstance(exc, psycopg_pool.PoolTimeout) or _CONNECTING.match(str(exc)):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in ("57P01", "57P02")
+
+
 def describe(params: Mapping[str, Any]) -> str:
     """``postgresql://user@host:port/dbname`` from parsed conninfo, never the password.
 
     What the conninfo leaves out comes from libpq's environment variables,
-    as libpq takes it.
+    as libpq takes it. Several hosts (a primary, its standbys) are written
+    ``host1:port1,host2:port2``, and ``target_session_attrs`` is kept: the
+    URL reaches the server the conninfo does.
     """
 
     def get(key: str, env: str) -> str:
         return str(params.get(key) or os.environ.get(env) or "")
 
     user = get("user", "PGUSER")
-    host = get("host", "PGHOST") or get("hostaddr", "PGHOSTADDR")
-    port = get("port", "PGPORT")
+    hosts = (get("host", "PGHOST") or get("hostaddr", "PGHOSTADDR")).split(",")
+    ports = get("port", "PGPORT").split(",")
+    ports *= len(hosts) if len(ports) == 1 else 1  # libpq: one port for every host
+    netloc = (f"{quote(user, safe='')}@" if user else "") + ",".join(
+        (quote(host, safe="") if host.startswith("/") else f"[{host}]" if ":" in host else host)
+        + (f":{port}" if port else "")
+        for host, port in itertools.zip_longest(hosts, ports, fillvalue="")
+    )
     dbname = get("dbname", "PGDATABASE")
-    netloc = (f"{quote(user, safe='')}@" if user else "") + host + (f":{port}" if port else "")
-    return f"postgresql://{netloc}/{quote(dbname, safe='')}"
+    session = get("target_session_attrs", "PGTARGETSESSIONATTRS")
+    query = f"?target_session_attrs={session}" if session not in ("", "any") else ""
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}{query}"
 
 
 async def _sleep(seconds: float) -> None:
