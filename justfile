@@ -36,7 +36,11 @@ bench:
     python benchmarks/deterministic.py
     python benchmarks/leases.py
     python benchmarks/regression.py
+    python benchmarks/memory.py
     python benchmarks/postgres.py
+    python benchmarks/failover.py
+    python benchmarks/claim_cost.py
+    python benchmarks/chaos.py
 
 # tether against its peers, in their own venv: regenerates docs/benchmarks.md, plots, README table
 bench-peers *ARGS:
