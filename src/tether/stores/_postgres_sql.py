@@ -153,10 +153,12 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 }
 
 # A run row with its owner's lease expiry and whether it is live, on the database's clock.
-_SELECT_RUN: Final = """
-SELECT r.id, r.run_id, r.data, o.expires, o.expires > clock_timestamp()
-FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
-"""
+_SELECT_RUN_COLUMNS: Final = (
+    "SELECT r.id, r.run_id, r.data, o.expires, o.expires > clock_timestamp()"
+)
+_SELECT_RUN: Final = (
+    _SELECT_RUN_COLUMNS + "\nFROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner\n"
+)
 _SET_OWNER: Final = """
 INSERT INTO {s}.owners AS o (owner, expires)
 VALUES (%s, clock_timestamp() + make_interval(secs => %s))
@@ -246,7 +248,6 @@ _TEXT: Final = {
         SELECT id FROM queued UNION ALL SELECT id FROM orphaned UNION ALL SELECT id FROM due
     """,
     "get_runs": _SELECT_RUN + " WHERE r.id = ANY(%s) ORDER BY r.id",
-    "get_runs_named": _SELECT_RUN + " WHERE r.run_id = ANY(%s)",
     # The runs an earlier attempt of a batched claim took and still holds.
     "claimed_by": _SELECT_RUN + " WHERE r.owner = %s AND r.claim = %s ORDER BY r.id",
     # Many run records' writes in one statement (their rows locked before).
@@ -275,6 +276,18 @@ _TEXT: Final = {
     # Appends. The run rows are locked in run_id order (no deadlock between
     # batches); the highest seqs are read by a later statement, whose
     # snapshot sees what the previous lock holders committed.
+    # A group commit's one read: the rows of its runs locked in run_id order
+    # (no deadlock between batches), each with its record (the latest version:
+    # FOR UPDATE returns the row as the previous lock holder left it) and its
+    # highest seq. That seq is read in the statement's snapshot, taken before
+    # any wait for a lock: after a wait (another process appended to the same
+    # run meanwhile, which fencing makes rare) it may be stale, the insert then
+    # collides with (run_id, seq), and the batch is redone job by job.
+    "lock_batch": _SELECT_RUN_COLUMNS
+    + """, r.owner, r.token, (SELECT max(e.seq) FROM {s}.entries e WHERE e.run_id = r.run_id)
+        FROM {s}.runs r LEFT JOIN {s}.owners o ON o.owner = r.owner
+        WHERE r.run_id = ANY(%s) ORDER BY r.run_id FOR UPDATE OF r
+    """,
     "lock_fences": """
         SELECT run_id, owner, token FROM {s}.runs WHERE run_id = ANY(%s)
         ORDER BY run_id FOR UPDATE
@@ -337,7 +350,7 @@ class Statements:
         self.claim_owner = q["claim_owner"]
         self.claimable = q["claimable"]
         self.get_runs = q["get_runs"]
-        self.get_runs_named = q["get_runs_named"]
+        self.lock_batch = q["lock_batch"]
         self.claimed_by = q["claimed_by"]
         self.put_runs = q["put_runs"]
         self.drop_owner = q["drop_owner"]

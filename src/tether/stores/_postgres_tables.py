@@ -500,11 +500,6 @@ class Tables:
         conn.execute(self.sql.put_runs, (*columns, list(claims)))
         return [str(p[0]) for p in params]
 
-    def read_runs(self, conn: Any, run_ids: Sequence[str]) -> dict[str, tuple[RunRecord, str]]:
-        """The stored records of *run_ids* (those there are), with their texts."""
-        rows = conn.execute(self.sql.get_runs_named, (list(run_ids),)).fetchall()
-        return {row[1]: (self.decode_run(row), row[2]) for row in rows}
-
     def read_run(self, conn: Any, run_id: str) -> RunRecord | None:
         row = conn.execute(self.sql.get_run, (run_id,)).fetchone()
         return None if row is None else self.decode_run(row)

@@ -7,16 +7,16 @@ parking, its release) are queued (:meth:`Writer.queued`,
 :meth:`Writer.queued_update`) and stored by one thread, which takes every
 job queued while its previous transaction ran and stores them in one
 transaction of a few statements, whatever runs they are of (group commit
-across runs): the run rows locked in ``run_id`` order, the records to
-update read after the lock, their highest seqs, one ``INSERT ... SELECT
-FROM unnest(...)`` for the entries and one ``UPDATE ... FROM unnest(...)``
-for the records. Each job is fenced on its own, in queue order, against the
-run as the jobs before it in the batch left it, so one stale token fails
-its job alone. If the transaction fails (most likely an entry that is
-already stored), the batch is redone job by job, each in a savepoint,
-looking duplicates up, so one bad job fails alone. A caller who leaves
-withdraws its job if the writer has not taken it yet; a batch whose every
-caller left is cut (see :class:`._postgres_conn.Call`).
+across runs): one that locks the run rows in ``run_id`` order and reads
+their records and highest seqs, one ``INSERT ... SELECT FROM unnest(...)``
+for the entries and one ``UPDATE ... FROM unnest(...)`` for the records.
+Each job is fenced on its own, in queue order, against the run as the jobs
+before it in the batch left it, so one stale token fails its job alone. If
+the transaction fails (most likely an entry that is already stored), the
+batch is redone job by job, each in a savepoint, looking duplicates up, so
+one bad job fails alone. A caller who leaves withdraws its job if the
+writer has not taken it yet; a batch whose every caller left is cut (see
+:class:`._postgres_conn.Call`).
 
 It is separate from the store because it is a small concurrent program of
 its own (a queue, job states shared across threads, a batch in flight) and
@@ -208,15 +208,13 @@ class Writer:
         """The fast path: a few statements for the whole batch, no duplicate lookups."""
         sql = self._tables.sql
         run_ids = sorted({job.run_id for job in jobs})
-        fences = {
-            r: (owner, token)
-            for r, owner, token in conn.execute(sql.lock_fences, (run_ids,)).fetchall()
+        rows = conn.execute(sql.lock_batch, (run_ids,)).fetchall()
+        fences = {row[1]: (row[5], row[6]) for row in rows}
+        last: dict[str, int | None] = {row[1]: row[7] for row in rows}
+        updating = {job.run_id for job in jobs if job.update is not None}
+        currents = {
+            row[1]: (self._tables.decode_run(row[:5]), row[2]) for row in rows if row[1] in updating
         }
-        updating = sorted({job.run_id for job in jobs if job.update is not None})
-        # Read after the lock: this statement's snapshot sees the previous holders' commits.
-        currents = self._tables.read_runs(conn, updating) if updating else {}
-        appending = sorted({job.run_id for job in jobs if job.appending is not None})
-        last = dict(conn.execute(sql.last_seqs, (appending,)).fetchall()) if appending else {}
         cols: tuple[list[str], list[int], list[str], list[str]] = ([], [], [], [])
         puts: dict[str, RunRecord] = {}  # each run's last record written in the batch
         results: list[_Result] = []
