@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +59,22 @@ def process_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:{tmp_path / 'runs.db'}"
     url: str = request.getfixturevalue("fleet_database")
     return url
+
+
+@pytest.fixture(autouse=True)
+def _shared_empties_stay_empty() -> Iterator[None]:
+    """Fail a test after which one of the empty containers runs share until their first
+    write (``own()``) was written to: a missed ``own()`` would leak state between runs."""
+    yield
+    from tether._core import _run, _saver, _shields
+
+    shared: dict[str, dict[Any, Any] | list[Any]] = {
+        "_run._NO_DICT": _run._NO_DICT,
+        "_run._NO_LIST": _run._NO_LIST,
+        "_saver._NO_QUEUE": _saver._NO_QUEUE,
+        "_shields._NONE_YET": _shields._NONE_YET,
+    }
+    written = {name: repr(value)[:200] for name, value in shared.items() if value}
+    for value in shared.values():
+        value.clear()
+    assert not written, f"a shared empty container was written to: {written}"

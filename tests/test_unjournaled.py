@@ -387,6 +387,29 @@ async def test_as_an_error_a_plain_nursery_in_the_body_is_cancelled_and_the_run_
     assert info is not None and info.status is RunStatus.FAILED
 
 
+async def test_made_an_error_after_the_body_started_it_fails_the_run_once_the_body_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # No filter could make it an error when the body started, so the body runs
+    # without the check's cancel scope (which would cost memory for as long as the
+    # run is held): the wait is not cut short, and the run fails when it returns.
+    @tether.workflow(name="tests.unjournaled.late_error")
+    async def late_error() -> str:
+        warnings.simplefilter("error", Warning_)
+        await trio.sleep(1)  # not durable: flagged here, an error by now
+        return "returned"
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()  # (not even the pytest plugin's filter)
+        async with engine_on(tether.MemoryStore()) as engine:
+            with pytest.raises(Warning_, match=r"workflow 'tests.unjournaled.late_error' blocked"):
+                await engine.run(late_error, run_id="late")
+            info = await engine.get_run("late")
+    assert trio.current_time() == 1  # the sleep ran its course
+    assert info is not None and info.status is RunStatus.FAILED and info.error is not None
+    assert f"{__file__}:{line_of(late_error.fn, 'trio.sleep(1)')}" in info.error.message
+
+
 async def test_as_an_error_in_a_branch_the_block_raises_it(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -27,7 +27,7 @@ from .._codec._json import digest, dumps
 from .._codec._values import codec
 from .._core._frame import check_key, current_frame
 from .._core._replay import undecodable
-from .._core._run import RunState
+from .._core._run import RunState, own
 from .._errors import CodecError, InvalidResponseError, Request
 from ..stores._records import Entry, EntryKind, EntryStatus, utcnow
 
@@ -134,6 +134,7 @@ async def _take_response(
         run.abort(error)
         await trio.lowlevel.checkpoint()  # raises Cancelled: the run is stopping
         raise error from exc  # pragma: no cover - only under a shield of the user's own
+    run.accepted = own(run.accepted)
     run.accepted[key] = response_entry(
         run.run_id,
         key,
@@ -149,7 +150,10 @@ async def _take_response(
         await _store_responses(run)
     else:
         wait = run.wait(request)
+        run.response_waits = own(run.response_waits)
         run.response_waits.append(wait)
+        if run.responses_stored is None:
+            run.responses_stored = trio.Event()
         with wait:
             await run.responses_stored.wait()
     return value
@@ -161,7 +165,8 @@ async def _store_responses(run: RunState) -> None:
     run.accepted.clear()
     for wait in run.response_waits:
         wait.end()
-    run.responses_stored.set()
+    if run.responses_stored is not None:
+        run.responses_stored.set()
 
 
 #: Containers and scalars a response may be given as, that JSON holds as they are.

@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar
 
 from .._core._frame import current_frame
 from .._core._replay import REPLAYED
+from .._core._run import own
 from .._core._store_calls import StoreErrors
 from .._errors import UsageError
 from ..stores._records import EntryKind, EntryStatus, RunStatus, utcnow
@@ -88,7 +89,9 @@ def patched(change_id: str) -> bool:
         else:
             decided = True
             entry = run.call_entry(EntryKind.MARKER, key, position, "true", at=utcnow())
+            run.markers = own(run.markers)
             run.markers.append(entry)
+        run.patches = own(run.patches)
         run.patches[key] = decided
     if decided:
         frame.skip_position()

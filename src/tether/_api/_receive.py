@@ -36,7 +36,7 @@ from .._codec._values import codec, describe, dumps, loads
 from .._core._events import MessageReceived
 from .._core._frame import check_key, current_frame
 from .._core._replay import json_kind
-from .._core._run import RunState
+from .._core._run import RunState, own
 from .._core._store_calls import StoreErrors, mailbox
 from .._errors import (
     CheckpointCorruptError,
@@ -73,6 +73,7 @@ def unseen(run: RunState, messages: list[Message]) -> list[Message]:
     fresh = [m for m in messages if m.seq > run.mailbox_read]
     if fresh:
         run.mailbox_read = fresh[-1].seq
+        run.messages = own(run.messages)
         run.messages.extend(m for m in fresh if m.seq not in taken)
     return fresh
 

@@ -24,7 +24,7 @@ import attrs
 
 from .._codec._json import dumps, loads
 from .._core._error_info import error_info, note_key
-from .._core._run import RunState
+from .._core._run import RunState, own
 from .._errors import CheckpointCorruptError, CodecError, UsageError
 from ..stores._records import Entry, EntryStatus
 
@@ -204,5 +204,6 @@ async def journal_failure(
             f"tether: journaling attempt {attempt} of step {key} as failed failed too: {exc!r}"
         )
         return False
+    run.failures = own(run.failures)
     run.failures[key] = stored
     return True

@@ -143,6 +143,6 @@ async def attempts(
         # The retry calls the nested steps again: those the failed attempt
         # stored replay from the journal, the rest run.
         prefix = key + "/"
-        run.seen = {k for k in run.seen if not k.startswith(prefix)}
+        run.seen = {k: None for k in run.seen if not k.startswith(prefix)}
         if next_at is not None:
             await run.sleep_until(next_at)

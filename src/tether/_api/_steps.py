@@ -230,7 +230,7 @@ def _enter(
     seen = run.seen
     if key in seen:
         run.claim(key)  # raises UsageError
-    seen.add(key)
+    seen[key] = None
     replay = run.replay
     if replay is not None and child is None:  # (a child's was reached when it was started)
         replay.reach("step", key, position)  # reached when called, cancelled or not

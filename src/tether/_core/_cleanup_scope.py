@@ -54,4 +54,4 @@ def cleanup_scope(timeout: float) -> Iterator[trio.CancelScope]:
             yield scope
     finally:
         if run is not None:
-            run.saver.shields.discard(scope)
+            run.saver.untrack(scope)

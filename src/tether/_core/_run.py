@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import attrs
 import trio
@@ -34,9 +34,27 @@ from ._host import Host
 from ._replay import Replay, divergence
 from ._saver import Saver
 
-__all__ = ("RunState", "Wait")
+__all__ = ("RunState", "Wait", "own")
 
 log = logging.getLogger("tether")
+
+#: What a container of :class:`RunState` that most runs never fill holds until it is
+#: first written (through :func:`own`): one empty dict or list shared by every run, never
+#: written to, so that a held run costs no memory for it. Read it as any empty container.
+_NO_DICT: Final[dict[Any, Any]] = {}
+_NO_LIST: Final[list[Any]] = []
+
+C = TypeVar("C", dict[Any, Any], list[Any])
+
+
+def own(container: C) -> C:
+    """*container*, a field of a :class:`RunState`, made the run's own before a write:
+    a new one in place of the shared empty one."""
+    if container is _NO_DICT:
+        return {}  # type: ignore[return-value]
+    if container is _NO_LIST:
+        return []  # type: ignore[return-value]
+    return container
 
 
 def _key_order(request: Request) -> list[tuple[str, int]]:
@@ -85,10 +103,13 @@ class Wait:
         self.active = True
         run.idle += 1
         if self.request is not None:
+            run.asking = own(run.asking)
             run.asking[self.request.key] = self.request
         if self.due is not None:
+            run.timers = own(run.timers)
             run.timers[self] = self.due
         if self.receive is not None:
+            run.receiving = own(run.receiving)
             run.receiving[self] = self.receive
         run._check_settled()
         return self
@@ -119,23 +140,27 @@ class RunState:
     hooks: Hooks
     save_timeout: float
     journal: dict[str, Entry]  # completed step entries by key, from the store
-    seen: set[str] = attrs.field(factory=set)  # keys called in this execution
+    #: keys called in this execution (a dict: smaller than a set of as many keys)
+    seen: dict[str, None] = attrs.field(factory=dict)
     #: the loaded journal, matched call by call; ``None`` when it is empty
     replay: Replay | None = None
+    # The containers below that most runs never fill are shared empty ones until a
+    # write makes them the run's own (see own()): a held run costs no memory for them.
     # -- tether.patched() (see _patches) --
-    markers: list[Entry] = attrs.field(factory=list)  # made, not stored yet: the next save's
-    patches: dict[str, bool] = attrs.field(factory=dict)  # marker key -> what patched() said
+    markers: list[Entry] = _NO_LIST  # made, not stored yet: the next save's
+    patches: dict[str, bool] = _NO_DICT  # marker key -> what patched() said
     # -- settlement (see ask()) --
     run_scope: trio.CancelScope | None = None  # the run's own scope (framework-owned)
     live: int = 0  # tracked tasks alive: the workflow task and parallel() children
     idle: int = 0  # ...of which waiting in ask() or for their parallel() children
-    asking: dict[str, Request] = attrs.field(factory=dict)  # requests now waited on
-    response_waits: list[Wait] = attrs.field(factory=list)  # asks waiting for _store_responses
+    asking: dict[str, Request] = _NO_DICT  # requests now waited on
+    response_waits: list[Wait] = _NO_LIST  # asks waiting for _store_responses
     settled: tuple[Request, ...] | None = None  # the requests, once the run settled
     # responses given to resume(), as JSON primitives, until journaled
-    provided: dict[str, Any] = attrs.field(factory=dict)
-    accepted: dict[str, Entry] = attrs.field(factory=dict)  # ...decoded, waiting to be stored
-    responses_stored: trio.Event = attrs.field(factory=trio.Event)
+    provided: dict[str, Any] = _NO_DICT
+    accepted: dict[str, Entry] = _NO_DICT  # ...decoded, waiting to be stored
+    #: set once they are (made by the first ask that waits for it)
+    responses_stored: trio.Event | None = None
     aborted: BaseException | None = None  # a response did not decode: undo the resume
     observer: Observer | None = None  # receives live events (Engine.open_run)
     # -- child runs (see _children) --
@@ -148,22 +173,22 @@ class RunState:
     #: under a worker, park the run when its next timer is more than this many
     #: seconds off and every task waits; ``None`` (engine.run): never park
     park_after: float | None = None
-    timers: dict[Wait, datetime] = attrs.field(factory=dict)  # timer waits now, with due times
+    timers: dict[Wait, datetime] = _NO_DICT  # timer waits now, with due times
     parked: bool = False  # settled to park (stored ``waiting``) under a worker
     wake_at: datetime | None = None  # once parked: when the run is due again (None: a message)
     # -- messages (see _receive) --
     #: the messages the workflow declares (``@tether.workflow(messages=...)``): name -> type
     declared_messages: Mapping[str, Any] = attrs.field(factory=dict)
-    receiving: dict[Wait, str] = attrs.field(factory=dict)  # receive waits now, with names
+    receiving: dict[Wait, str] = _NO_DICT  # receive waits now, with names
     #: once parked: the names receives waited for then (a message of one wakes the run)
     awaited: frozenset[str] = frozenset()
     #: messages read from the run's mailbox and not taken yet, in seq order
-    messages: list[Message] = attrs.field(factory=list)
+    messages: list[Message] = _NO_LIST
     mailbox_read: int = 0  # the highest seq read from the mailbox so far
     #: seqs journaled by any execution or taken by this one (built when first needed)
     taken: set[int] | None = None
     #: the last failed attempt of each step with a retry policy, from the loaded journal
-    failures: dict[str, Entry] = attrs.field(factory=dict)
+    failures: dict[str, Entry] = _NO_DICT
     # -- ownership --
     token: int = 0  # the fencing token every write of this execution carries
     cancel_requested: bool = False  # engine.cancel reached this execution
@@ -172,6 +197,8 @@ class RunState:
 
     def __attrs_post_init__(self) -> None:
         self.saver = Saver(self.store, self.run_id, self.save_timeout)
+        if not self.provided:
+            self.provided = _NO_DICT  # (the empty one given is let go)
 
     # -- settlement ----------------------------------------------------------
 
@@ -320,7 +347,7 @@ class RunState:
                 f"key {key!r} is used twice in run {self.run_id!r}; explicit keys "
                 "must be unique within their parent"
             )
-        self.seen.add(key)
+        self.seen[key] = None
 
     async def reach(self, call: str, key: str, position: int) -> Entry | None:
         """The *call* with *key* is made at *position*: claim the key and check the place
@@ -365,12 +392,14 @@ class RunState:
         ``tether.patched()`` returned. Give them back (:meth:`put_back`) when
         that save fails.
         """
-        markers, self.markers = self.markers, []
+        markers, self.markers = self.markers, _NO_LIST
         return markers
 
     def put_back(self, markers: Sequence[Entry]) -> None:
         """Markers whose save failed: the next save carries them."""
-        self.markers[:0] = markers
+        if markers:
+            self.markers = own(self.markers)
+            self.markers[:0] = markers
 
     async def save(self, entries: Sequence[Entry]) -> Sequence[Entry]:
         """Journal *entries* (:meth:`Saver.save <._saver.Saver.save>`); return them as stored.

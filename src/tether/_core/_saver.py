@@ -46,7 +46,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import Any, Final, final
 
 import outcome
 import trio
@@ -105,6 +105,10 @@ class _Pending:
         self.on_done = on_done
 
 
+#: The saver's queue until a save is queued: one empty list, shared, never written to.
+_NO_QUEUE: Final[list[Any]] = []
+
+
 @final
 class Saver(Shields):
     """The saves and shielded calls of one execution (see the module doc).
@@ -115,6 +119,8 @@ class Saver(Shields):
         save_timeout: seconds one save (or shielded call) may take.
     """
 
+    __slots__ = ("_busy", "_nowait", "_queue", "next_seq", "nursery", "outer", "store")
+
     def __init__(self, store: Store, run_id: str, save_timeout: float) -> None:
         super().__init__(run_id, save_timeout)
         self.store = store
@@ -123,12 +129,14 @@ class Saver(Shields):
         #: a child run's (tether.child): its parent execution's saver, whose run's
         #: own cancellation reaches this execution's nursery too (see _drain)
         self.outer: Saver | None = None
-        self._nowait = nowait_append(store)
+        #: the store takes entries at once (its append_nowait; a flag, not the bound
+        #: method: one per held run)
+        self._nowait = nowait_append(store) is not None
         #: the seq the run's next entry gets, when the store takes it at once
         #: (see start_numbering); ``None``: entries are built without one
         self.next_seq: int | None = None
         self._busy = False  # a save is in flight (inline, or the saver task's batch)
-        self._queue: list[_Pending] = []
+        self._queue: list[_Pending] = _NO_QUEUE  # (made by the first save queued)
 
     def __repr__(self) -> str:
         return f"<tether saver of run {self.run_id!r}: {len(self._queue)} queued>"
@@ -143,7 +151,7 @@ class Saver(Shields):
         keeps them as they are instead of copying each one. A guess that is
         off (another writer) costs only that copy: the store numbers entries.
         """
-        if self._nowait is not None:
+        if self._nowait:
             self.next_seq = last_seq + 1
 
     async def save(self, entries: Sequence[Entry]) -> Sequence[Entry]:
@@ -173,6 +181,8 @@ class Saver(Shields):
             return stored
         if self._busy:
             parked = Parked(self)
+            if self._queue is _NO_QUEUE:
+                self._queue = []
             self._queue.append(
                 _Pending(entries, trio.current_time() + self.save_timeout, parked, None)
             )
@@ -193,11 +203,12 @@ class Saver(Shields):
         Not a checkpoint; the caller checks :attr:`caller_cancelled` first.
         Raises what :meth:`save` raises when the store fails.
         """
-        nowait = self._nowait
-        if nowait is None:
+        if not self._nowait:
             return None
         try:
-            stored = nowait(self.run_id, entries)
+            stored: Sequence[Entry] = self.store.append_nowait(  # type: ignore[attr-defined]
+                self.run_id, entries
+            )
         except LeaseLostError as exc:
             self._lost(exc)
             raise
@@ -227,6 +238,8 @@ class Saver(Shields):
         ``append_nowait`` (see :meth:`append_now`); the caller checks
         :attr:`caller_cancelled` first. Not a checkpoint.
         """
+        if self._queue is _NO_QUEUE:
+            self._queue = []
         self._queue.append(
             _Pending(entries, trio.current_time() + self.save_timeout, None, on_done)
         )
@@ -290,12 +303,12 @@ class Saver(Shields):
             with scope:
                 await self._drain_queue()
         finally:
-            outer.shields.discard(scope)
+            outer.untrack(scope)
 
     async def _drain_queue(self) -> None:
         try:
             while self._queue and not self.caller_cancelled:
-                batch, self._queue = self._queue, []
+                batch, self._queue = self._queue, _NO_QUEUE
                 await self._append_batch(batch)
         finally:
             # Cancelled only by the caller: the waits of what is queued are

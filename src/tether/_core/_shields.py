@@ -15,7 +15,7 @@ wait ended, now and later. Kept apart from the save queue, which only uses it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 import outcome
 import trio
@@ -51,6 +51,12 @@ class Parked:
         return trio.lowlevel.Abort.FAILED
 
 
+#: What the containers of :class:`Shields` hold until a first write makes them their own
+#: (most executions never need them): one empty dict, shared, never written to, so that a
+#: held run costs no memory for them.
+_NONE_YET: Final[dict[Any, None]] = {}
+
+
 class Shields:
     """The tracked shields and parked waits of one execution (see the module doc).
 
@@ -59,17 +65,21 @@ class Shields:
         save_timeout: seconds one shielded call may take.
     """
 
+    # (One per held run: no instance dict.)
+    __slots__ = ("_parked", "caller_cancelled", "lose", "run_id", "save_timeout", "shields")
+
     def __init__(self, run_id: str, save_timeout: float) -> None:
         self.run_id = run_id
         self.save_timeout = save_timeout
         #: the caller cancelled (or the lease was lost): set by the watcher,
         #: sticky: saves and shielded calls from now on do not wait at all
         self.caller_cancelled = False
-        #: tracked shields open now (cut short by cancel_by_caller)
-        self.shields: set[trio.CancelScope] = set()
+        #: tracked shields open now (cut short by cancel_by_caller; a dict, smaller
+        #: than a set while empty, as it is most of the time)
+        self.shields: dict[trio.CancelScope, None] = _NONE_YET
         #: the execution's: the store refused a write's token (the lease is gone)
         self.lose: Callable[[LeaseLostError], None] | None = None
-        self._parked: dict[Parked, None] = {}  # tasks parked now, in order
+        self._parked: dict[Parked, None] = _NONE_YET  # tasks parked now, in order
 
     def _lost(self, exc: LeaseLostError) -> None:
         # The store refused the write's token: another owner has the run.
@@ -87,6 +97,8 @@ class Shields:
         with a :class:`StoreError` instead.
         """
         parked.task = trio.lowlevel.current_task()
+        if self._parked is _NONE_YET:
+            self._parked = {}
         self._parked[parked] = None
         return await trio.lowlevel.wait_task_rescheduled(parked.abort)
 
@@ -101,6 +113,8 @@ class Shields:
         parked = Parked(self)
         parked.task = task
         parked.raise_cancel = raise_cancel
+        if self._parked is _NONE_YET:
+            self._parked = {}
         self._parked[parked] = None
         return parked
 
@@ -150,7 +164,7 @@ class Shields:
         """A new scope shielded from framework cancellation for *seconds*, tracked.
 
         :meth:`cancel_by_caller` cuts it short; the caller of this method
-        enters it and removes it from :attr:`shields` once it has exited.
+        enters it and calls :meth:`untrack` once it has exited.
         """
         scope = trio.CancelScope(
             shield=not self.caller_cancelled, deadline=trio.current_time() + seconds
@@ -159,8 +173,14 @@ class Shields:
             # The verdict is sticky: a scope opened after the caller
             # cancelled does not wait at all.
             scope.cancel()
-        self.shields.add(scope)
+        if self.shields is _NONE_YET:
+            self.shields = {}
+        self.shields[scope] = None
         return scope
+
+    def untrack(self, scope: trio.CancelScope) -> None:
+        """*scope*, of :meth:`tracked_scope`, has exited."""
+        self.shields.pop(scope, None)
 
     async def shielded(self, what: str, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``afn(*args)`` in a tracked shield, bounded by ``save_timeout``.
@@ -184,7 +204,7 @@ class Shields:
             self._lost(exc)
             raise
         finally:
-            self.shields.discard(scope)
+            self.untrack(scope)
         # Only reached when the scope caught a cancellation: never pretend the
         # call returned. The caller's cancellation normally propagates through
         # the lifted shield and never gets here; under a shield of the user's

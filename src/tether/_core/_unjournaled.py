@@ -30,7 +30,15 @@ When the warnings filter turns the warning into an error, the body is
 cancelled (by a cancel scope of the wrapper's own, so trio aborts the wait
 as it does any cancelled wait, and saves in flight drain) and the warning is
 raised where the body ended: the workflow (or branch) raises it, and the run
-fails with it.
+fails with it. The scope costs memory for as long as the body runs (trio's
+cancel status and its sets: about 600 bytes per held run), so it is entered
+only when a filter could make the warning an error as the body starts (tether's
+pytest plugin sets one); should a filter make it an error later, the body
+runs on, and the warning is raised once it has returned.
+
+Nothing is allocated for a block inside a tether call either: the chain is
+followed through the coroutines' code objects, and frames (which a coroutine
+keeps once asked for one) are only looked at to word a warning.
 """
 
 from __future__ import annotations
@@ -83,8 +91,10 @@ def watched(awaitable: Awaitable[T], what: str) -> Awaitable[T]:
     :class:`~tether.UnjournaledAwaitWarning` an error, the body is cancelled
     at the unjournaled await and the warning raised once it has unwound
     (unless what ends it is not an ``Exception``: a cancellation from
-    outside, a KeyboardInterrupt). Anything but a coroutine is returned as it
-    is, unwatched.
+    outside, a KeyboardInterrupt). That holds when the error filter is in
+    place as the body starts; a filter added while it runs takes effect when
+    it returns (it then fails with the warning). Anything but a coroutine is
+    returned as it is, unwatched.
     """
     if not _enabled or type(awaitable) is not types.CoroutineType:
         return awaitable
@@ -95,25 +105,28 @@ def watched(awaitable: Awaitable[T], what: str) -> Awaitable[T]:
 class _Watched(Generator[Any, Any, T]):
     """Drives a body's coroutine for trio, looking at each block (see the module doc).
 
-    Inside a cancel scope of its own, entered when it is awaited: cancelled
-    when the warning is an error, so that trio aborts the wait; the error is
-    raised instead of what the body ended with.
+    Inside a cancel scope of its own, entered when it is awaited if the
+    warning may be an error (:func:`_may_raise`): cancelled when it is one,
+    so that trio aborts the wait; the error is raised instead of what the
+    body ended with.
     """
 
-    __slots__ = ("_coro", "_failure", "_open", "_scope", "_send", "_warned", "_what")
+    __slots__ = ("_coro", "_failure", "_scope", "_send", "_warned", "_what")
 
     def __init__(self, coro: types.CoroutineType[Any, Any, T], what: str) -> None:
         self._coro = coro
         self._send = coro.send
         self._what = what
-        self._scope = trio.CancelScope()
+        #: entered by __await__ (when the warning may be an error), until left
+        self._scope: trio.CancelScope | None = None
         self._failure: Exception | None = None  # the warning, raised as an error
         self._warned: set[tuple[str, int]] | None = None  # where it warned already
-        self._open = False  # its scope is entered (by __await__) and not yet left
 
     def __await__(self) -> Generator[Any, Any, T]:
-        self._scope.__enter__()
-        self._open = True
+        if _may_raise():
+            scope = trio.CancelScope()
+            scope.__enter__()
+            self._scope = scope
         return self
 
     # What tools that walk a task's awaits look at: the body's frame and awaits.
@@ -156,32 +169,41 @@ class _Watched(Generator[Any, Any, T]):
         try:
             self._coro.close()
         finally:
-            if self._open:
-                self._open = False
-                self._scope.__exit__(None, None, None)
+            scope, self._scope = self._scope, None
+            if scope is not None:
+                scope.__exit__(None, None, None)
 
     def _check(self) -> None:
+        frames = _chain(self._coro)
+        if not frames or trio.current_effective_deadline() == -math.inf:
+            return  # in a tether call; or cancelled: the wait ends at once
         if self._warned is None:
             self._warned = set()
-        failure = _warn(self._coro, self._what, self._warned)
+        failure = _warn(frames, self._what, self._warned)
         if failure is not None:
             self._failure = failure
-            self._scope.cancel()  # trio aborts this wait when it sees it
+            if self._scope is not None:
+                self._scope.cancel()  # trio aborts this wait when it sees it
 
     def _end(self, exc: BaseException) -> None:
         """The body ended with *exc* (``StopIteration``: it returned): leave the scope.
 
         Raises the warning instead, when it is an error and *exc* an
-        ``Exception`` (its cause) or the cancellation the warning caused;
-        else returns, and *exc* is raised.
+        ``Exception`` (its cause), ``StopIteration`` or the cancellation the
+        warning caused; else returns, and *exc* is raised.
         """
         failure, self._failure = self._failure, None
-        self._open = False
+        scope, self._scope = self._scope, None
         cause: BaseException | None = None
         try:
-            if isinstance(exc, StopIteration):
-                self._scope.__exit__(None, None, None)
-            elif self._scope.__exit__(type(exc), exc, exc.__traceback__):
+            if scope is None:  # not entered: nothing was cancelled
+                if failure is None or not isinstance(exc, Exception):
+                    return
+                if not isinstance(exc, StopIteration):
+                    cause = exc
+            elif isinstance(exc, StopIteration):
+                scope.__exit__(None, None, None)
+            elif scope.__exit__(type(exc), exc, exc.__traceback__):
                 pass  # the scope took its own Cancelled
             elif failure is None or not isinstance(exc, Exception):
                 return
@@ -196,6 +218,29 @@ class _Watched(Generator[Any, Any, T]):
                 raise failure from cause
             finally:
                 del failure, cause
+
+
+#: The warnings filters :func:`_may_raise` last looked at: the list, its length, its
+#: first entry (a filter added goes first, or changes the length), and the answer.
+_looked_at: tuple[object, int, object, bool] = (None, -1, None, True)
+
+
+def _may_raise() -> bool:
+    """Whether a warnings filter could make :class:`~tether.UnjournaledAwaitWarning` an error.
+
+    Any filter with the action ``error`` for its class or a base of it counts,
+    whatever filter comes first: a watched body that warns without one is not
+    cancelled at the wait (see the module doc).
+    """
+    global _looked_at
+    filters = warnings.filters
+    first = filters[0] if filters else None
+    seen, length, seen_first, answer = _looked_at
+    if seen is filters and length == len(filters) and seen_first is first:
+        return answer
+    answer = any(f[0] == "error" and issubclass(UnjournaledAwaitWarning, f[2]) for f in filters)
+    _looked_at = (filters, len(filters), first, answer)
+    return answer
 
 
 # -- where the task blocked -----------------------------------------------------------
@@ -259,43 +304,62 @@ def _driven(obj: object) -> object | None:
 def _chain(coro: object) -> list[types.FrameType] | None:
     """The frames of the suspended chain below *coro*, outermost first.
 
-    ``None`` when a tether call is in progress (a frame of the workflow API
-    is on it) or the chain cannot be followed. It ends at trio's trap, or at
-    the first frame of tether's internals (an engine call, not journaled).
+    ``None`` when a tether call is in progress (a code object of the
+    workflow API is on it) or the chain cannot be followed. It ends at
+    trio's trap, or at the first frame of tether's internals (an engine
+    call, not journaled). The chain is followed by code objects: a frame is
+    only asked for (a coroutine keeps the frame it was asked for) when the
+    chain is the user's.
     """
-    frames: list[types.FrameType] = []
+    links: list[object] = []
     obj: object | None = coro
     while obj is not None:
         if isinstance(obj, types.CoroutineType):
-            frame, obj = obj.cr_frame, obj.cr_await
+            code, after = obj.cr_code, obj.cr_await
+            done = not (obj.cr_suspended or obj.cr_running)
         elif isinstance(obj, types.GeneratorType):
-            frame, obj = obj.gi_frame, obj.gi_yieldfrom
+            code, after = obj.gi_code, obj.gi_yieldfrom
+            done = not (obj.gi_suspended or obj.gi_running)
         elif isinstance(obj, types.AsyncGeneratorType):
-            frame, obj = obj.ag_frame, obj.ag_await
+            code, after = obj.ag_code, obj.ag_await
+            done = obj.ag_frame is None  # (rare: asked for only here)
         else:
             obj = _driven(obj)
             if obj is None:
                 return None  # opaque: cannot tell
             continue
-        if frame is None:
+        if done:  # (its frame is gone)
             break
-        kind = _kind(frame.f_code.co_filename)
+        kind = _kind(code.co_filename)
         if kind == _API:
             return None
-        frames.append(frame)
+        links.append(obj)
         if kind == _INTERNAL:
             break
-    return frames
+        obj = after
+    return [_frame_of(link) for link in links]
 
 
-def _warn(coro: object, what: str, warned: set[tuple[str, int]]) -> Exception | None:
-    """Warn if *coro* blocked outside any tether call; the warning, when it is an error.
+def _frame_of(obj: Any) -> types.FrameType:
+    """The frame of the suspended coroutine, generator or async generator *obj*."""
+    if isinstance(obj, types.CoroutineType):
+        frame = obj.cr_frame
+    elif isinstance(obj, types.GeneratorType):
+        frame = obj.gi_frame
+    else:
+        frame = obj.ag_frame
+    assert frame is not None
+    return frame
+
+
+def _warn(
+    frames: list[types.FrameType], what: str, warned: set[tuple[str, int]]
+) -> Exception | None:
+    """Warn that a task blocked outside any tether call, in the chain *frames*; the warning,
+    when it is an error.
 
     Once per location in *warned* (those of this execution of the body).
     """
-    frames = _chain(coro)
-    if not frames or trio.current_effective_deadline() == -math.inf:
-        return None  # in a tether call; or cancelled: the wait ends at once
     users = [i for i, f in enumerate(frames) if _kind(f.f_code.co_filename) == _USER]
     at = users[-1] if users else 0
     frame = frames[at]

@@ -7,13 +7,13 @@ The shape of one execution (see docs/explanation/cancellation.md)::
 
     engine.run(...)                         caller's task and cancel scopes
     └─ outer scope (timeout=)               the caller's deadline
-       └─ lease scope                       cancelled when the run's lease is lost
-          └─ guard nursery                  the caller's task waits here: it is the
-             │                              watcher, and sees only *caller* cancellation
-             ├─ saver task                  (while saves queue) batches of records
-             └─ runner task
-                └─ run scope                framework-owned
-                   └─ the workflow          steps, parallel() blocks and children, ...
+       └─ guard nursery                     the caller's task waits here: it is the
+          │                                 watcher, and sees only *caller* cancellation
+          │                                 (and a lost lease's, which cancels this nursery)
+          ├─ saver task                     (while saves queue) batches of records
+          └─ runner task
+             └─ run scope                   framework-owned
+                └─ the workflow             steps, parallel() blocks and children, ...
 
 Every record is written by the execution's :class:`~tether._core._saver.Saver`: at once
 when the store can, inline in a tracked shield when no other save is in
@@ -29,9 +29,10 @@ cancellation; their waits then end at once, delivered by Trio itself. The
 watcher then cuts every tracked shield short and ends what the
 cancellation could not reach, so the run unwinds within Trio's own delivery
 latency even when the store hangs, and the caller's own ``Cancelled`` is
-what ``engine.run`` raises. A lost lease cancels the lease scope, which the
-watcher sees exactly as a caller cancellation; ``engine.run`` then raises
-:class:`LeaseLostError`.
+what ``engine.run`` raises. A lost lease cancels the guard nursery (or the
+journal's load, before it), which the watcher sees exactly as a caller
+cancellation; ``engine.run`` then raises :class:`LeaseLostError`. (A scope of
+its own for the lease would cost memory for as long as the run is held.)
 
 Every outcome is stored by one fenced write that also releases the lease
 (:meth:`Outcome.store_status <tether._engine._outcomes.Outcome.store_status>`);
@@ -44,6 +45,7 @@ a failure, the run backs off before it is claimed again: see
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import attrs
@@ -54,6 +56,7 @@ from .._codec._values import codec
 from .._core._frame import Frame, frame_var
 from .._core._nurseries import unwrap_single
 from .._core._replay import Replay
+from .._core._run import own
 from .._core._shields import Parked
 from .._core._store_calls import StoreErrors
 from .._core._unjournaled import watched
@@ -106,12 +109,17 @@ class Execution:
     #: workflow, store, hooks and leases, which the execution uses too
     outcome: Outcome
     args: tuple[Any, ...]
+    #: the runs executing in this engine (the launcher's): this one leaves it when it ends
+    active: set[str]
     created: bool = False  # the claim created the run: its journal is empty, not read
     runner_done: bool = False  # the runner task has finished
     _watcher: trio.lowlevel.Task | None = None  # the caller's task, parked until then
     #: a child run's watcher, kept waiting through its parent's run's cancellation
     _parent_wait: Parked | None = None
-    lease_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    #: what a lost lease cancels: a scope of the journal's load, then the guard
+    #: nursery's (no scope of its own for the whole execution: it would cost
+    #: memory for as long as the run is held)
+    _lease_scope: trio.CancelScope | None = None
     lost: LeaseLostError | None = None  # the lease was lost: what engine.run raises
     finished: bool = False  # the workflow returned or raised an Exception
     value: Any = None  # the decoded result
@@ -123,44 +131,126 @@ class Execution:
         no status is written, the lease is released soon after by the
         engine's lease task); a lost lease stops the run the same way and
         raises :class:`LeaseLostError` (or :class:`RunCancelledError`, when
-        the run turns out cancelled).
+        the run turns out cancelled). The run leaves :attr:`active` however this ends.
+
+        The calling task runs the guard nursery and is its watcher (one frame for
+        both, held as long as the run). Its low-level wait sees the caller's
+        cancellation while Trio delivers it down the cancel tree: this task is above
+        every task of the run, so its abort (:meth:`_abort`) runs first, and marks the
+        saver's verdict; their waits for saves then end at once, delivered by Trio
+        itself. A lost lease cancels the guard nursery: the watcher sees it exactly as
+        a caller cancellation.
         """
         state, record = self.outcome.state, self.outcome.record
-        state.saver.lose = self._lose
+        saver = state.saver
+        try:
+            self._hold()
+            ending: BaseException | None = None
+            caller_exc: BaseException | None = None
+            try:
+                if self.created:
+                    saver.start_numbering(0)
+                else:
+                    with trio.CancelScope() as self._lease_scope:
+                        await self._load_journal(record.run_id)
+                    self._lease_scope = None
+                if self.lost is None:
+                    try:
+                        async with trio.open_nursery() as guard:
+                            self._lease_scope = guard.cancel_scope
+                            saver.nursery = guard  # the saver task runs here, not in the run
+                            guard.start_soon(self._runner, name=f"tether run {record.run_id}")
+                            # This task is the watcher: it lives outside the run scope, so
+                            # the only cancellation that reaches it is the caller's (or the
+                            # lost lease's, on the guard's scope).
+                            try:
+                                if self.runner_done:
+                                    await trio.lowlevel.checkpoint()
+                                else:
+                                    self._watcher = trio.lowlevel.current_task()
+                                    await trio.lowlevel.wait_task_rescheduled(self._abort)
+                            except BaseException as exc:  # Cancelled, or KeyboardInterrupt
+                                if self._parent_wait is not None:  # the parent's caller
+                                    saver.caller_cancelled = True  # cancelled
+                                    self._watcher = None
+                                caller_exc = exc
+                                # First the cancellation reaches every task of the run (a
+                                # KeyboardInterrupt has not yet), then what it cannot reach.
+                                guard.cancel_scope.cancel()
+                                saver.cancel_by_caller()
+                    except BaseExceptionGroup as group:
+                        # The runner only lets through what it cannot turn into an outcome
+                        # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
+                        raise unwrap_single(group) from None
+                    finally:
+                        self._lease_scope = None
+                    if not self._lease_stopped(caller_exc, guard.cancel_scope):
+                        if caller_exc is not None:
+                            # The caller's cancellation wins over whatever the run was doing.
+                            raise caller_exc
+                        return self._outcome_of_run()
+            except BaseException as exc:
+                ending = exc
+                raise
+            finally:
+                caller_exc = None
+                self._release(ending)
+                del ending
+            # Only a lost lease stops the execution without an outcome or an error.
+            assert self.lost is not None
+            raise await self._lost_or_cancelled(record.run_id, self.lost)
+        finally:
+            self.active.discard(record.run_id)
+
+    def _hold(self) -> None:
+        """Renew the run's lease from now on (the engine's lease task does)."""
+        state, record = self.outcome.state, self.outcome.record
+        state.saver.lose = lose = self._lose  # (one bound method for both)
         if state.parent is not None:  # a child run (tether.child): see Saver.outer
             state.saver.outer = state.parent.saver
         self.outcome.leases.hold(
-            record.run_id, record.token, lost=self._lose, cancelled=state.request_cancel
+            record.run_id, record.token, lost=lose, cancelled=state.request_cancel
         )
-        ending: BaseException | None = None
-        try:
-            with self.lease_scope:
-                if self.created:
-                    state.saver.start_numbering(0)
-                else:
-                    await self._load_journal(record.run_id)
-                return await self._watch()
-        except BaseException as exc:
-            ending = exc
-            raise
-        finally:
-            self.outcome.leases.drop(record.run_id)
-            if not self.outcome.released and self.lost is None and _releasable(ending):
-                # No status was written (a caller cancellation, a store that
-                # failed): release the lease without holding up the caller;
-                # after a failure, backing off (see Outcome.release_later).
-                self.outcome.release_later(stored_nothing=isinstance(ending, Exception))
-            del ending
-        # Only a lost lease makes the lease scope catch a cancellation.
-        assert self.lost is not None
-        raise await self._lost_or_cancelled(record.run_id, self.lost)
+
+    def _release(self, ending: BaseException | None) -> None:
+        """The execution ends with *ending* (``None``: with a value, or a lost lease): stop
+        renewing the lease, and release it if no outcome did."""
+        self.outcome.leases.drop(self.outcome.record.run_id)
+        if not self.outcome.released and self.lost is None and _releasable(ending):
+            # No status was written (a caller cancellation, a store that
+            # failed): release the lease without holding up the caller;
+            # after a failure, backing off (see Outcome.release_later).
+            self.outcome.release_later(stored_nothing=isinstance(ending, Exception))
+
+    def _lease_stopped(self, caller_exc: BaseException | None, guard: trio.CancelScope) -> bool:
+        """Whether the lost lease stopped the run: it cancelled the *guard* scope, whose
+        cancellation ended the watcher's wait (*caller_exc*) or the nursery's. A caller
+        whose own scope is cancelled too gets its cancellation, as if no lease was lost."""
+        return self.lost is not None and (
+            (
+                isinstance(caller_exc, trio.Cancelled)
+                and trio.current_effective_deadline() != -math.inf
+            )
+            or (caller_exc is None and guard.cancelled_caught)
+        )
+
+    def _outcome_of_run(self) -> Any:
+        """The workflow's decoded result, once the runner is done; or raise its error."""
+        assert self.finished or self.outcome.error is not None
+        if self.outcome.error is not None:
+            try:
+                raise self.outcome.error
+            finally:
+                self.outcome.error = None
+        return self.value
 
     def _lose(self, exc: LeaseLostError) -> None:
         """The lease is gone: stop like a caller cancellation (the watcher cuts saves
         short and nothing more is written); ``engine.run`` raises *exc*."""
         if self.lost is None and not self.outcome.released:
             self.lost = exc
-            self.lease_scope.cancel()
+            if self._lease_scope is not None:
+                self._lease_scope.cancel()
 
     async def _load_journal(self, run_id: str) -> None:
         """Load the run's journal for replay (see :mod:`._replay`)."""
@@ -170,6 +260,7 @@ class Execution:
         state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
         for entry in entries:  # in seq order: the last failed attempt of each step wins
             if entry.status is EntryStatus.FAILED and entry.kind is EntryKind.STEP:
+                state.failures = own(state.failures)
                 state.failures[entry.key] = entry
         replay = Replay(run_id, entries, state.abort)
         state.journal = replay.journal
@@ -197,95 +288,60 @@ class Execution:
             return cancelled
         return lost
 
-    async def _watch(self) -> Any:
-        """Run the execution's guard nursery; the calling task is its watcher."""
-        saver = self.outcome.state.saver
-        caller_exc: BaseException | None = None
-        try:
-            async with trio.open_nursery() as guard:
-                saver.nursery = guard  # the saver task runs here, outside the run scope
-                guard.start_soon(self._runner, name=f"tether run {self.outcome.record.run_id}")
-                # This task is the watcher: it lives outside the run scope, so
-                # the only cancellation that reaches it is the caller's.
-                try:
-                    await self._wait_for_runner()
-                except BaseException as exc:  # Cancelled, or KeyboardInterrupt
-                    caller_exc = exc
-                    # First the cancellation reaches every task of the run (a
-                    # KeyboardInterrupt has not yet), then what it cannot reach.
-                    guard.cancel_scope.cancel()
-                    self.outcome.state.saver.cancel_by_caller()
-        except BaseExceptionGroup as group:
-            # The runner only lets through what it cannot turn into an outcome
-            # (KeyboardInterrupt, SystemExit, an engine bug): raise it as itself.
-            raise unwrap_single(group) from None
-        if caller_exc is not None:
-            # The caller's cancellation wins over whatever the run was doing.
-            try:
-                raise caller_exc
-            finally:
-                caller_exc = None
-        assert self.finished or self.outcome.error is not None
-        if self.outcome.error is not None:
-            try:
-                raise self.outcome.error
-            finally:
-                self.outcome.error = None
-        return self.value
-
-    async def _wait_for_runner(self) -> None:
-        """Wait until the runner is done; the caller's cancellation ends the wait at once.
-
-        A low-level wait, so that the caller's cancellation is recognised
-        while Trio delivers it down the cancel tree: this task is above every
-        task of the run, so its abort runs before theirs, and marks the
-        saver's verdict first; their waits for saves then end at once,
-        delivered by Trio itself.
-        """
-        if self.runner_done:
-            await trio.lowlevel.checkpoint()
-            return
-        saver = self.outcome.state.saver
+    def _abort(self, raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        """The watcher's wait is cancelled (see :meth:`execute`)."""
         parent = self.outcome.state.parent
-
-        def abort(raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-            if (
-                parent is not None
-                and not parent.saver.caller_cancelled
-                and not self.lease_scope.cancel_called
-                and self._watcher is not None
-            ):
-                # A child run (tether.child) whose parent's run was cancelled:
-                # framework-owned for this run too, so its saves drain while
-                # this waits on; should the parent's caller cancel too, the
-                # parent's saver ends the wait (see Saver.keep_waiting).
-                self._parent_wait = parent.saver.keep_waiting(self._watcher, raise_cancel)
-                return trio.lowlevel.Abort.FAILED
-            saver.caller_cancelled = True
-            self._watcher = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        self._watcher = trio.lowlevel.current_task()
-        try:
-            await trio.lowlevel.wait_task_rescheduled(abort)
-        except BaseException:
-            if self._parent_wait is not None:  # the parent's caller cancelled
-                saver.caller_cancelled = True
-                self._watcher = None
-            raise
+        if (
+            parent is not None
+            and not parent.saver.caller_cancelled
+            and self.lost is None
+            and self._watcher is not None
+        ):
+            # A child run (tether.child) whose parent's run was cancelled:
+            # framework-owned for this run too, so its saves drain while
+            # this waits on; should the parent's caller cancel too, the
+            # parent's saver ends the wait (see Saver.keep_waiting).
+            self._parent_wait = parent.saver.keep_waiting(self._watcher, raise_cancel)
+            return trio.lowlevel.Abort.FAILED
+        self.outcome.state.saver.caller_cancelled = True
+        self._watcher = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def _runner(self) -> None:
+        """The runner task: the workflow, under the run's scope (one frame for both: it is
+        held as long as the run), then its outcome."""
         state = self.outcome.state
         try:
             # The run's own scope: what cancels it is framework-owned (a
             # settlement, a recorded cancel, an undo). The workflow runs in
-            # this task, under it; its parallel() children in nurseries of
-            # their own below.
+            # this task, under it, as a tracked task; its parallel() children
+            # in nurseries of their own below.
             with trio.CancelScope() as run_scope:
                 state.run_scope = run_scope
                 if state.cancel_requested:
                     run_scope.cancel()
-                await self._workflow()
+                wf = self.outcome.workflow
+                token = frame_var.set(Frame(state, "", trio.lowlevel.current_task()))
+                state.task_started()
+                try:
+                    if self.outcome.hooks.has("on_run_start"):
+                        await self.outcome.hooks.call("on_run_start", self.outcome.run_event(None))
+                    value = await watched(wf.fn(*self.args), _what(wf.name))
+                    if state.replay is not None:
+                        state.replay.ended("", f"workflow {wf.name}")  # every call was reached
+                    # Encoded at once, like a step's result.
+                    self.outcome.result_text, self.value = codec.snapshot(
+                        value,
+                        wf.signature.return_type,
+                        what=f"result of workflow {wf.name} (run {state.run_id!r})",
+                    )
+                except Exception as exc:
+                    self.outcome.error = exc
+                finally:
+                    state.task_done()
+                    frame_var.reset(token)
+                    del token
+                self.finished = True
             if state.aborted is not None:
                 await self.outcome.undo(state.aborted)
             elif state.cancel_requested and not self.finished:
@@ -325,28 +381,14 @@ class Execution:
                 else:
                     trio.lowlevel.reschedule(watcher)
 
-    async def _workflow(self) -> None:
-        """Run the workflow function (a tracked task: the runner, for the while)."""
-        state = self.outcome.state
-        wf = self.outcome.workflow
-        token = frame_var.set(Frame(state, "", trio.lowlevel.current_task()))
-        state.task_started()
-        try:
-            if self.outcome.hooks.has("on_run_start"):
-                await self.outcome.hooks.call("on_run_start", self.outcome.run_event(None))
-            value = await watched(wf.fn(*self.args), f"workflow {wf.name!r}")
-            if state.replay is not None:
-                state.replay.ended("", f"workflow {wf.name}")  # every journaled call was reached
-            # Encoded at once, like a step's result.
-            self.outcome.result_text, decoded = codec.snapshot(
-                value,
-                wf.signature.return_type,
-                what=f"result of workflow {wf.name} (run {state.run_id!r})",
-            )
-            self.value = decoded
-        except Exception as exc:
-            self.outcome.error = exc
-        finally:
-            state.task_done()
-            frame_var.reset(token)
-        self.finished = True
+
+#: ``workflow 'name'``, by workflow name: what the unjournaled-await warning calls a
+#: workflow's body (one string per workflow, not one per run)
+_whats: dict[str, str] = {}
+
+
+def _what(name: str) -> str:
+    what = _whats.get(name)
+    if what is None:
+        what = _whats[name] = f"workflow {name!r}"
+    return what

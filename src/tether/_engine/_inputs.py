@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -51,9 +51,14 @@ def validate_timeout(value: float | None, name: str) -> None:
         raise UsageError(f"{name} must be a non-negative number of seconds or None, not {value!r}")
 
 
+#: What :func:`deadline` gives without a timeout: one for every run (a nullcontext is
+#: reusable, and a held run costs no memory for it).
+_NO_DEADLINE: Final = nullcontext()
+
+
 def deadline(timeout: float | None) -> AbstractContextManager[object]:
     """``trio.fail_after(timeout)``, or no deadline for ``None``: what ``timeout=`` means."""
-    return trio.fail_after(timeout) if timeout is not None else nullcontext()
+    return trio.fail_after(timeout) if timeout is not None else _NO_DEADLINE
 
 
 def check_run_id(run_id: str | None) -> None:

@@ -2,21 +2,21 @@
 
 Layer: the engine (``_engine``).
 
-``engine.run``, ``engine.resume`` and a worker's claimed run all end in
-:meth:`Launcher.execute`, which builds the run's state and one
-:class:`~._execution.Execution` (which owns the nurseries, the lease and the
-outcome). What differs is how they get there: ``run`` may create the run
+``engine.run``, ``engine.resume`` and a worker's claimed run all build the
+run's state and one :class:`~._execution.Execution` (which owns the
+nurseries, the lease and the outcome), and await it from their own frame,
+with no helper frame of the launcher's between (frames held for as long as
+the run is held cost memory per run). What differs is how they get there: ``run`` may create the run
 (with its first lease, in one write), ``resume`` checks responses against
 the stored requests, and a worker has already claimed. The launcher also
 keeps the set of runs executing in its engine, so that a second execution
 of the same run there is refused and ``cancel`` can tell whether a lease of
-this engine is still in use.
+this engine is still in use; an execution leaves it when it ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any, final
 
 import attrs
@@ -94,15 +94,20 @@ class Launcher:
         # it is (still) not stored, or else claims the stored one, if it is
         # the same workflow with the same arguments (a retry whose first
         # attempt's create landed after all resumes it).
-        create = RunRecord(
-            run_id=run_id,
-            workflow=wf.name,
-            version=wf.version,
-            args=args_text,
-            created_at=now,
-            updated_at=now,
+        claimed = await self._claim(
+            wf,
+            record,
+            args,
+            create=RunRecord(
+                run_id=run_id,
+                workflow=wf.name,
+                version=wf.version,
+                args=args_text,
+                created_at=now,
+                updated_at=now,
+            ),
         )
-        return await self._continue(wf, record, args, create=create)
+        return claimed.value if isinstance(claimed, _Completed) else await claimed.execute()
 
     async def resume(self, run_id: str, responses: Mapping[str, Any] | None) -> Any:
         """Continue the stored run *run_id*, given *responses* to its pending requests.
@@ -117,12 +122,14 @@ class Launcher:
         check_not_cancelled(record)
         provided = check_responses(record, responses, self.leases.owner) if responses else {}
         wf = self.catalog.find(record)
-        return await self._continue(wf, record, decode_args(wf, record), provided=provided)
+        claimed = await self._claim(wf, record, decode_args(wf, record), provided=provided)
+        return claimed.value if isinstance(claimed, _Completed) else await claimed.execute()
 
     async def execute_claimed(self, record: RunRecord, *, park_after: float | None) -> Any:
         """What :meth:`Engine.execute_claimed <tether.Engine.execute_claimed>` does (see there)."""
         wf = self.catalog.find(record)
-        with self._active_here(record.run_id):
+        self._enter(record.run_id)
+        try:
             try:
                 args = decode_args(wf, record)
             except (CheckpointCorruptError, NonDeterminismError) as exc:
@@ -139,11 +146,15 @@ class Launcher:
                 with StoreErrors(f"storing run {record.run_id!r} as failed"):
                     await self.store.update_run(failed)
                 raise
-            return await self._execute(
+            execution = self._execution(
                 wf, record, args, provided={}, original=record, park_after=park_after
             )
+        except BaseException:
+            self.active.discard(record.run_id)
+            raise
+        return await execution.execute()
 
-    async def _continue(
+    async def _claim(
         self,
         wf: Workflow[..., Any],
         current: RunRecord | None,
@@ -151,16 +162,20 @@ class Launcher:
         *,
         create: RunRecord | None = None,
         provided: dict[str, Any] | None = None,
-    ) -> Any:
-        """Claim the run (read as *current*, or created from *create*) and execute it."""
+    ) -> Execution | _Completed:
+        """Claim the run (read as *current*, or created from *create*): its execution, to
+        await (it is in :attr:`active` from now until that ends), or its result, if it has
+        completed."""
         if current is not None and current.status is RunStatus.COMPLETED:
-            return decode_result(current, wf)
+            return _Completed(decode_result(current, wf))
         run_id = current.run_id if current is not None else create.run_id  # type: ignore[union-attr]
-        with self._active_here(run_id):
+        self._enter(run_id)
+        try:
             with StoreErrors(f"claiming run {run_id!r}"):
                 record = await self.leases.claim(run_id, current=current, create=create)
             if record.status is RunStatus.COMPLETED:  # it completed since it was read
-                return decode_result(record, wf)
+                self.active.discard(run_id)
+                return _Completed(decode_result(record, wf))
             # Created by this claim (our record, first token): its journal is empty.
             created = (
                 current is None
@@ -168,7 +183,7 @@ class Launcher:
                 and record.token == 1
                 and record.created_at == create.created_at
             )
-            return await self._execute(
+            return self._execution(
                 wf,
                 record,
                 args,
@@ -176,8 +191,11 @@ class Launcher:
                 original=current or record,
                 created=created,
             )
+        except BaseException:
+            self.active.discard(run_id)
+            raise
 
-    async def _execute(
+    def _execution(
         self,
         wf: Workflow[..., Any],
         record: RunRecord,
@@ -187,8 +205,8 @@ class Launcher:
         original: RunRecord,
         created: bool = False,
         park_after: float | None = None,
-    ) -> Any:
-        """Execute the claimed run *record*, holding its lease throughout."""
+    ) -> Execution:
+        """The execution of the claimed run *record* (it leaves :attr:`active` when it ends)."""
         parent = take_parent()  # (a child run, tether.child: it parks as its parent may)
         state = RunState(
             run_id=record.run_id,
@@ -215,16 +233,18 @@ class Launcher:
             record=record,
             original=original,
         )
-        execution = Execution(outcome=outcome, args=args, created=created)
-        return await execution.execute()
+        return Execution(outcome=outcome, args=args, active=self.active, created=created)
 
-    @contextmanager
-    def _active_here(self, run_id: str) -> Iterator[None]:
-        """Mark *run_id* as executing in this engine for the block."""
+    def _enter(self, run_id: str) -> None:
+        """Mark *run_id* as executing in this engine (its execution, or whoever fails to
+        make one, takes it out)."""
         if run_id in self.active:
             raise RunConflictError(f"run {run_id!r} is already executing in this engine")
         self.active.add(run_id)
-        try:
-            yield
-        finally:
-            self.active.discard(run_id)
+
+
+@attrs.frozen
+class _Completed:
+    """A run found completed when it was claimed: its decoded result."""
+
+    value: Any
