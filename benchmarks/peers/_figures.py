@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
-FLOORS = ("trio", "asyncio")
+QUEUE_FLOOR = "queue_skip_locked"  #: the queue scenario's floor: a bare SKIP LOCKED loop
+FLOORS = ("trio", "asyncio", QUEUE_FLOOR)
 LEVEL = 0.10  #: a ratio within 1 +- LEVEL counts as level with tether
 LEVEL_MS = 0.1  #: cancel: overshoots within this many ms of tether's count as level
 
@@ -26,8 +28,62 @@ class Results:
         return bool(self.raw.get("quick"))
 
     def engines(self) -> list[str]:
-        """Engine keys in the report's order: tether, the floors, then the peers."""
+        """Engine keys in the report's order: tether, the floors, then the peers (scenarios
+        1 to 6; the queue systems are :meth:`queue_engines`)."""
+        return [k for k, info in self.raw["engines"].items() if not info.get("queue")]
+
+    def all_engines(self) -> list[str]:
         return list(self.raw["engines"])
+
+    def queue_engines(self) -> list[str]:
+        """The systems of scenario 7: tether first, then the floor, then the peers."""
+        keys = [k for k, info in self.raw["engines"].items() if info.get("queue")]
+        order = {"queue_tether": 0, QUEUE_FLOOR: 1}
+        return sorted(keys, key=lambda k: (order.get(k, 2), keys.index(k)))
+
+    def queue_steps(self) -> list[int]:
+        """The job sizes (steps per job) the queue scenario ran, in order."""
+        return sorted({int(e["config"]["steps"]) for e in self._queue_entries()})
+
+    def _queue_entries(self) -> list[dict[str, Any]]:
+        return [e for e in self.raw["entries"] if e["scenario"] == "queue"]
+
+    def queue_figure(self, key: str, steps: int, workers: int) -> QueueFigure | None:
+        """The medians over the rounds that ran of one system's configuration."""
+        runs = [
+            (e["config"], e["result"])
+            for e in self._queue_entries()
+            if e["engine"] == key
+            and e["status"] == "ok"
+            and e["config"]["steps"] == steps
+            and e["config"]["workers"] == workers
+        ]
+        if not runs:
+            return None
+
+        def med(f: Any) -> float:
+            return float(statistics.median(f(c, r) for c, r in runs))
+
+        counted = [r["statements"] for _, r in runs if r["statements"] is not None]
+        return QueueFigure(
+            runs=len(runs),
+            jobs=int(runs[0][0]["jobs"]),
+            jobs_per_s=med(lambda c, r: c["jobs"] / r["seconds"]),
+            jobs_per_cpu_s=med(
+                lambda c, r: c["jobs"] / max(r["worker_cpu"] + r["server_cpu"], 1e-9)
+            ),
+            worker_ms=med(lambda c, r: 1e3 * r["worker_cpu"] / c["jobs"]),
+            server_ms=med(lambda c, r: 1e3 * r["server_cpu"] / c["jobs"]),
+            commits=med(lambda c, r: r["commits"] / c["jobs"]),
+            write_xacts=med(lambda c, r: r["write_xacts"] / c["jobs"]),
+            statements=(
+                float(statistics.median(n / runs[0][0]["jobs"] for n in counted))
+                if counted
+                else None
+            ),
+            duplicates=sum(int(r["duplicates"]) for _, r in runs),
+            lost=sum(int(r["lost"]) for _, r in runs),
+        )
 
     def peers(self) -> list[str]:
         return [k for k in self.engines() if k != "tether" and k not in FLOORS]
@@ -84,6 +140,27 @@ class Results:
         if r is None or e is None or r["steps_ran"] != e["config"]["n"]:
             return None
         return float(r["us_per_step"])
+
+
+@dataclass(frozen=True)
+class QueueFigure:
+    """One queue configuration of one system: medians over its rounds, per job."""
+
+    runs: int  #: rounds that ran
+    jobs: int
+    jobs_per_s: float
+    jobs_per_cpu_s: float  #: jobs / CPU seconds of the workers and the server
+    worker_ms: float  #: worker CPU ms per job
+    server_ms: float  #: server CPU ms per job
+    commits: float  #: pg_stat_database xact_commit per job
+    write_xacts: float  #: transactions that wrote (xids assigned) per job
+    statements: float | None  #: pg_stat_statements calls per job
+    duplicates: int  #: over every round: (job, step) pairs that ran twice or more
+    lost: int  #: ... that never ran
+
+    @property
+    def exactly_once(self) -> bool:
+        return not (self.duplicates or self.lost)
 
 
 def verdict(tether: float, other: float, *, abs_level: float = 0.0) -> str:

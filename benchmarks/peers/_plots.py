@@ -105,3 +105,43 @@ def _wrapped(name: str) -> str:
         return name
     half = (len(words) + 1) // 2
     return " ".join(words[:half]) + "\n" + " ".join(words[half:])
+
+
+def queue_bars(results: Results, path: Path) -> bool:
+    """Jobs per second (log scale), per queue system: a panel per job size, a bar per
+    number of worker processes (the median of the rounds)."""
+    keys, sizes = results.queue_engines(), results.queue_steps()
+    if not keys or not sizes:
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(sizes), figsize=(7.5, 4.4), dpi=110, squeeze=False)
+    x = list(range(len(keys)))
+    for ax, steps in zip(axes[0], sizes, strict=True):
+        for offset, workers in ((-0.2, 1), (0.2, 2)):
+            figures = [results.queue_figure(k, steps, workers) for k in keys]
+            xs = [i + offset for i, f in zip(x, figures, strict=True) if f is not None]
+            hs = [f.jobs_per_s for f in figures if f is not None]
+            label = f"{workers} worker{'s' if workers > 1 else ''}"
+            bars = ax.bar(xs, hs, width=0.4, label=label)
+            ax.bar_label(bars, labels=[f"{h:,.0f}" for h in hs], fontsize=6, padding=2)
+        ax.set_yscale("log")
+        ticker = plt.matplotlib.ticker
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        names = [_wrapped(_short(results.name(k))) for k in keys]
+        ax.set_xticks(x, names, fontsize=7, rotation=30, ha="right")
+        ax.set_title(f"{steps}-step jobs", fontsize=9)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0][0].set_ylabel("jobs per second (log scale)")
+    axes[0][0].legend(fontsize=7)
+    quick = " (--quick smoke run)" if results.quick else ""
+    fig.suptitle(f"A queue drained by worker processes on PostgreSQL{quick}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, metadata=_META)
+    plt.close(fig)
+    return True
+
+
+def _short(name: str) -> str:
+    """A queue system's name without its bracketed detail (the table has it)."""
+    return name.split(" (")[0]

@@ -45,6 +45,10 @@ Measurement rules every driver follows (the report relies on them):
   each is parked at its second step (:class:`Parking`); stop the meter before
   releasing them.
 
+Scenario 7 (*queue*) has drivers of its own, ``engines/queue_*.py``, whose
+contract is ``engines/_queue_common.py``'s (run by ``_drain.py``, not by
+:func:`main`).
+
 ``engines/_common.py`` has the scaffolding the engine drivers share (the
 counters their steps keep, the sibling case, best-of runs in one store, the
 timed resume, the time until every save hangs), ``engines/_floor.py`` the
@@ -91,9 +95,16 @@ from _scenarios import (
     JITTER,
     MEMORY_RUNS,
     PARALLEL_N,
+    QUEUE_CONCURRENCY,
+    QUEUE_JOBS,
+    QUEUE_ROUNDS,
+    QUEUE_STEPS,
+    QUEUE_TIMEOUT,
+    QUEUE_WORKERS,
     QUICK_CANCEL_TRIALS,
     QUICK_CANCEL_WIDTHS,
     QUICK_N,
+    QUICK_QUEUE_JOBS,
     QUICK_RUNS,
     RESUME_N,
     SCENARIOS,
@@ -106,6 +117,8 @@ from _scenarios import (
     MemoryResult,
     ParallelConfig,
     ParallelResult,
+    QueueConfig,
+    QueueResult,
     ResumeConfig,
     ResumeResult,
     Scenario,
@@ -140,9 +153,18 @@ __all__ = (
     "Parking",
     "ParallelConfig",
     "ParallelResult",
+    "QueueConfig",
+    "QueueResult",
+    "QUEUE_CONCURRENCY",
+    "QUEUE_JOBS",
+    "QUEUE_ROUNDS",
+    "QUEUE_STEPS",
+    "QUEUE_TIMEOUT",
+    "QUEUE_WORKERS",
     "QUICK_CANCEL_TRIALS",
     "QUICK_CANCEL_WIDTHS",
     "QUICK_N",
+    "QUICK_QUEUE_JOBS",
     "QUICK_RUNS",
     "RESUME_N",
     "ResumeConfig",

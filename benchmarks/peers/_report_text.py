@@ -27,6 +27,27 @@ SCENARIO_TEXT = [
     "{runs} concurrent runs of a two-step workflow, in memory where the engine allows: the first "
     "step done, the second waiting on an event. The figure is tracemalloc's peak above the "
     "memory in use before the runs started.",
+    "A job is a workflow of N sequential no-op steps (1-step and 10-step jobs); {jobs} jobs are "
+    "queued, then drained by one worker process running 16 jobs at once, then by two. Every "
+    "system runs on one throwaway server, {postgres}, in a fresh database per run, through its "
+    "public API (each driver's docstring in `benchmarks/peers/engines/queue_*.py` says how): "
+    "tether's `tether worker` processes; DBOS's queues; procrastinate's and pgqueuer's workers, "
+    "where a job of N steps is a chain of N jobs, each deferring the next before it returns (they "
+    "have no workflows of steps); and the floor, a bare `FOR UPDATE SKIP LOCKED` claim, then one "
+    "`UPDATE` per step, the last completing the job (psycopg 3). The workers are started and "
+    "stopped (SIGSTOP) before the producer queues every job; the clock starts as they are "
+    "continued and stops when the system's own tables show no job queued or running (polled "
+    "every 10 ms). Systems are alternated; each figure is the median of the runs of its "
+    "configuration ({rounds} each, unless the table's last column says fewer ran). "
+    "*Jobs per CPU-second*: jobs over the CPU seconds (user + system, from `/proc`) "
+    "of the worker processes and the server's processes during the drain. *Commits*: "
+    "`pg_stat_database.xact_commit` of the system's database (read-only transactions included; "
+    "the done-poll's own taken off); *write transactions*: transaction ids assigned; "
+    "*statements*: `pg_stat_statements` calls (top level, utility statements such as BEGIN, "
+    "COMMIT, LISTEN and NOTIFY not counted), all per job, from the 1-worker runs, counted from "
+    "just before the clock started until the workers had exited. *Exactly once*: each step "
+    "appends its job and step number to its worker's file; every step of every job must appear "
+    "exactly once, over every run of the row.",
 ]
 
 TEMPLATE = """\

@@ -22,10 +22,18 @@ PARALLEL_N = 1000
 RESUME_N = 10_000
 MEMORY_RUNS = 10_000
 
+QUEUE_JOBS = 1500  #: queue: jobs drained per run
+QUEUE_STEPS = (1, 10)  #: queue: no-op steps per job (a workflow of that many steps)
+QUEUE_WORKERS = (1, 2)  #: queue: worker processes
+QUEUE_CONCURRENCY = 16  #: queue: jobs each worker process runs at once
+QUEUE_ROUNDS = 3  #: queue: runs of each configuration (the report takes the median)
+QUEUE_TIMEOUT = 300.0  #: queue: seconds a drain may take before the run fails
+
 QUICK_CANCEL_WIDTHS = (1, 10)
 QUICK_CANCEL_TRIALS = 3
 QUICK_N = 20  #: steps, parallel, resume under --quick
 QUICK_RUNS = 50  #: memory under --quick
+QUICK_QUEUE_JOBS = 40  #: queue under --quick (one round)
 
 # -- configurations ------------------------------------------------------------------------
 
@@ -68,6 +76,16 @@ class ResumeConfig:
 @dataclass(frozen=True, kw_only=True)
 class MemoryConfig:
     runs: int = MEMORY_RUNS
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueConfig:
+    jobs: int = QUEUE_JOBS
+    steps: int  #: no-op steps per job
+    workers: int  #: worker processes
+    concurrency: int = QUEUE_CONCURRENCY
+    round: int = 1  #: which of the QUEUE_ROUNDS runs of this configuration
+    timeout: float = QUEUE_TIMEOUT
 
 
 # -- results: every one has `notes`, for what the reader must know about the figure --------
@@ -122,6 +140,21 @@ class MemoryResult:
     notes: str = ""
 
 
+@dataclass(kw_only=True)
+class QueueResult:
+    seconds: float  #: from thawing the workers until no job was unfinished
+    submit_seconds: float  #: the producer's time to queue every job (not in `seconds`)
+    worker_cpu: float  #: CPU seconds (user + system) of the worker processes over `seconds`
+    server_cpu: float  #: ... of the PostgreSQL server's processes
+    commits: int  #: pg_stat_database xact_commit delta of the system's database
+    write_xacts: int  #: transaction ids assigned meanwhile (transactions that wrote)
+    statements: int | None  #: pg_stat_statements calls (top level, no utility), or None
+    executions: int  #: step executions the workers recorded (jobs * steps when right)
+    duplicates: int  #: (job, step) pairs recorded more than once
+    lost: int  #: (job, step) pairs never recorded
+    notes: str = ""
+
+
 @dataclass(frozen=True)
 class Scenario:
     number: int
@@ -137,6 +170,7 @@ SCENARIOS = (
     Scenario(4, "parallel", ParallelConfig, "parallel durable no-op steps"),
     Scenario(5, "resume", ResumeConfig, "resume of a long run"),
     Scenario(6, "memory", MemoryConfig, "concurrent two-step runs"),
+    Scenario(7, "queue", QueueConfig, "a queue of jobs drained by worker processes"),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _figures import FLOORS, LEVEL_MS, Results, percentile, verdict
+from _figures import FLOORS, LEVEL_MS, QueueFigure, Results, percentile, verdict
 
 NA = "—"
 
@@ -34,7 +34,7 @@ class Tables:
         self.findings: list[tuple[str, str, str]] = []  # (topic, key, ahead|behind|level)
 
     def label(self, key: str) -> str:
-        return f"**{self.r.name(key)}**" if key == "tether" else self.r.name(key)
+        return f"**{self.r.name(key)}**" if key in ("tether", "queue_tether") else self.r.name(key)
 
     def missing(self, key: str, case: str) -> str:
         if not self.r.raw["engines"][key]["installed"]:
@@ -53,11 +53,17 @@ class Tables:
         return "" if not out else f"{prefix}: " + "; ".join(out) + ".\n\n"
 
     def compare(self, topic: str, figures: dict[str, float], abs_level: float = 0.0) -> None:
-        t = figures.get("tether")
+        self.compare_with("tether", topic, figures, abs_level)
+
+    def compare_with(
+        self, us: str, topic: str, figures: dict[str, float], abs_level: float = 0.0
+    ) -> None:
+        """Each peer's figure (lower is better) against tether's, which is *us*'s."""
+        t = figures.get(us)
         if t is None:
             return
         for key, v in figures.items():
-            if key != "tether" and key not in FLOORS:
+            if key != us and key not in FLOORS:
                 self.findings.append((topic, key, verdict(t, v, abs_level=abs_level)))
 
     # -- the scenarios -----------------------------------------------------------------------
@@ -241,3 +247,102 @@ class Tables:
         if not ok:
             self.problems.append(f"{self.r.name(key)}, {case}: {text} {why}")
         return text if ok else f"**{text}**"
+
+    def queue(self) -> str:
+        """Scenario 7: per job size, a row per system (medians over the rounds)."""
+        out = []
+        for steps in self.r.queue_steps():
+            rows = []
+            rates: dict[int, dict[str, float]] = {1: {}, 2: {}}  # ms per job, exactly once
+            cpu: dict[str, float] = {}
+            for key in self.r.queue_engines():
+                figs = {w: self.r.queue_figure(key, steps, w) for w in (1, 2)}
+                if figs[1] is None and figs[2] is None:
+                    case = f"queue {steps}-step x1 #1"
+                    rows.append([self.label(key), self.missing(key, case) or NA, *[NA] * 6])
+                    continue
+                for w, f in figs.items():
+                    if f is not None and self.queue_checked(key, steps, w, f):
+                        rates[w][key] = 1e3 / f.jobs_per_s
+                        if w == 1:
+                            cpu[key] = 1e3 / f.jobs_per_cpu_s
+                rows.append(self.queue_row(key, steps, figs))
+            for w, figures in rates.items():
+                topic = f"time per {steps}-step job, {w} worker{'s' if w > 1 else ''}"
+                self.compare_with("queue_tether", topic, figures)
+            topic = f"CPU per {steps}-step job (workers + server), 1 worker"
+            self.compare_with("queue_tether", topic, cpu)
+            head = [
+                "system",
+                "jobs/s, 1 worker",
+                "jobs/s, 2 workers",
+                "jobs/s x tether (1 / 2 workers)",
+                "jobs per CPU-second (1 / 2 workers)",
+                "worker / server CPU ms per job",
+                "commits / write transactions / statements per job",
+                "exactly once",
+            ]
+            out.append(
+                f"### {steps}-step jobs\n\n" + table(head, rows) + "\n" + self.queue_notes(steps)
+            )
+        if not out:
+            return "Not run.\n"
+        return "\n".join(out) + (
+            "\n![Jobs per second of each system, by job size and worker processes]"
+            "(images/bench-queue.png)\n"
+        )
+
+    def queue_checked(self, key: str, steps: int, workers: int, f: QueueFigure) -> bool:
+        """Whether every step of every job ran exactly once; a problem noted if not."""
+        if not f.exactly_once:
+            self.problems.append(
+                f"{self.r.name(key)}, queue {steps}-step x{workers}: {f.duplicates} "
+                f"(job, step) pairs ran twice or more, {f.lost} never ran"
+            )
+        return f.exactly_once
+
+    def queue_row(self, key: str, steps: int, figs: dict[int, QueueFigure | None]) -> list[str]:
+        """One system's row; the per-job costs are the 1-worker run's (else 2 workers')."""
+        tether = {w: self.r.queue_figure("queue_tether", steps, w) for w in figs}
+
+        def rate(f: QueueFigure | None) -> str:
+            if f is None:
+                return NA
+            per_step = f" ({f.jobs_per_s * steps:,.0f} steps/s)" if steps > 1 else ""
+            return f"{f.jobs_per_s:,.0f}{per_step}"
+
+        def vs(w: int) -> str:
+            f, t = figs[w], tether[w]
+            return NA if f is None or t is None else f"{f.jobs_per_s / t.jobs_per_s:.2f}x"
+
+        ran = [f for f in figs.values() if f is not None]
+        base = ran[0]
+        statements = NA if base.statements is None else f"{base.statements:.2f}"
+        dup, lost = sum(f.duplicates for f in ran), sum(f.lost for f in ran)
+        runs = sum(f.runs for f in ran)
+        once = f"yes ({runs} runs)" if not (dup or lost) else f"**no**: {dup} twice, {lost} lost"
+        per_cpu = " / ".join(NA if f is None else f"{f.jobs_per_cpu_s:,.0f}" for f in figs.values())
+        return [
+            self.label(key),
+            rate(figs[1]),
+            rate(figs[2]),
+            f"{vs(1)} / {vs(2)}",
+            per_cpu,
+            f"{base.worker_ms:.2f} / {base.server_ms:.2f}",
+            f"{base.commits:.2f} / {base.write_xacts:.2f} / {statements}",
+            once,
+        ]
+
+    def queue_notes(self, steps: int) -> str:
+        notes = []
+        for key in self.r.queue_engines():
+            for e in self.r.raw["entries"]:
+                if (
+                    e["engine"] == key
+                    and e["scenario"] == "queue"
+                    and e["status"] == "ok"
+                    and e["config"]["steps"] == steps
+                    and e["result"].get("notes")
+                ):
+                    notes.append(f"{self.r.name(key)}, {e['case']}: {e['result']['notes']}")
+        return "" if not notes else "Notes: " + "; ".join(notes) + ".\n\n"

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
-from _figures import Results, percentile  # noqa: E402
+from _figures import QUEUE_FLOOR, Results, percentile  # noqa: E402
 from _report_text import SCENARIO_TEXT, TEMPLATE  # noqa: E402
 from _tables import NA, Tables, num, table  # noqa: E402
 
@@ -36,7 +36,7 @@ class Report(Tables):
 
     def unavailable(self) -> str:
         lines = []
-        for key in self.r.engines():
+        for key in self.r.all_engines():
             info = self.r.raw["engines"][key]
             if not info["installed"]:
                 why = (info["install_error"] or "pip failed").strip().splitlines()[-1]
@@ -74,6 +74,14 @@ class Report(Tables):
         t, b = self.r.step_figure("tether", False), self.r.step_figure("trio", False)
         if t and b:
             floors.append(f"{t / b:.0f}x a plain await per step in memory")
+        for steps in self.r.queue_steps():
+            t = self.r.queue_figure("queue_tether", steps, 1)
+            b = self.r.queue_figure(QUEUE_FLOOR, steps, 1)
+            if t and b and t.exactly_once and b.exactly_once:
+                floors.append(
+                    f"{t.jobs_per_s / b.jobs_per_s:.2f}x the jobs/s of the bare SKIP LOCKED "
+                    f"loop with {steps}-step jobs and one worker"
+                )
         if floors:
             lines.append(f"- Against the floors: tether is {', '.join(floors)}.")
         return "\n".join(lines) + "\n"
@@ -122,6 +130,7 @@ class Report(Tables):
                 "runs",
                 "memory: peak",
             ),
+            "7. A queue of jobs drained by worker processes (PostgreSQL)": self.queue(),
         }
         sizes = self.sizes()
         sections = "\n".join(
@@ -160,6 +169,25 @@ class Report(Tables):
             "parallel": config("parallel", "n", 1000),
             "resume": config("resume", "n", 10_000),
             "runs": config("memory", "runs", 10_000),
+            "jobs": next(
+                (
+                    f"{e['config']['jobs']:,}"
+                    for e in self.r.raw["entries"]
+                    if e["scenario"] == "queue"
+                ),
+                "1,500",
+            ),
+            "rounds": str(
+                max(
+                    (
+                        e["config"]["round"]
+                        for e in self.r.raw["entries"]
+                        if e["scenario"] == "queue"
+                    ),
+                    default=3,
+                )
+            ),
+            "postgres": " ".join(str(self.r.raw.get("postgres", "PostgreSQL")).split()),
         }
 
     def headline(self) -> str:
@@ -232,6 +260,7 @@ def main() -> None:
     for name, draw in (
         ("bench-cancel.png", _plots.cancel_cdf),
         ("bench-overhead.png", _plots.overhead_bars),
+        ("bench-queue.png", _plots.queue_bars),
     ):
         if draw(results, IMAGES / name):
             wrote.append(f"docs/images/{name}")

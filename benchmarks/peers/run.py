@@ -22,7 +22,11 @@ Run: ``python benchmarks/peers/run.py [--quick] [--only tether,dbos] [--scenario
    its calls); a call's timeout is at most what is left of it, and calls past it
    are recorded as skipped, with the reason. Scenario 1 stops its trials early
    (and says so) after ``CANCEL_BUDGET`` seconds per width.
-4. ``results.json`` (``--output``): the machine, each engine's version and
+4. Scenario 7, the queue, has systems of its own (drivers with ``QUEUE = True``,
+   ``engines/queue_*.py``), run in that scenario only: one throwaway PostgreSQL
+   is started for it (``_drain.start_server``), and each call is ``_drain.py``
+   under this interpreter, which starts the system's processes in the venv.
+5. ``results.json`` (``--output``): the machine, each engine's version and
    install status, every call's configuration and outcome. A run limited with
    ``--only`` or ``--scenarios`` keeps the other entries of an existing file of
    the same mode (full or ``--quick``), unless ``--fresh``.
@@ -56,6 +60,8 @@ from _env import load_text, source_text  # noqa: E402
 
 ENGINE_BUDGET = 150.0  #: seconds per engine for all its calls (full run)
 QUICK_ENGINE_BUDGET = 90.0
+QUEUE_BUDGET = 900.0  #: seconds per queue system for all its drains (scenario 7, full run)
+QUICK_QUEUE_BUDGET = 150.0
 CALL_TIMEOUT = 120.0  #: seconds per call at most (scenario 1: its budget plus this)
 FIRST = ("tether", "trio", "asyncio")  # the report's first columns
 
@@ -69,6 +75,7 @@ class Engine:
     module: str  #: engines.<module>
     name: str  #: its ENGINE
     distribution: str | None  #: its DISTRIBUTION (the requirements line it needs)
+    queue: bool = False  #: a system of scenario 7 (QUEUE = True), which runs only that one
 
 
 def _constant(tree: ast.Module, name: str) -> Any:
@@ -90,7 +97,8 @@ def discover() -> list[Engine]:
         tree = ast.parse(path.read_text(), str(path))
         key = re.sub(r"_(engine|floor)$", "", path.stem)
         name = _constant(tree, "ENGINE") or key
-        found.append(Engine(key, f"engines.{path.stem}", name, _constant(tree, "DISTRIBUTION")))
+        distribution, queue = _constant(tree, "DISTRIBUTION"), bool(_constant(tree, "QUEUE"))
+        found.append(Engine(key, f"engines.{path.stem}", name, distribution, queue))
     order = {k: i for i, k in enumerate(FIRST)}
     return sorted(found, key=lambda e: (order.get(e.key, len(order)), e.key))
 
@@ -124,6 +132,14 @@ def plan(quick: bool, scenarios: set[str]) -> list[Case]:
     cases.append(Case("resume", "resume", dataclasses.asdict(P.ResumeConfig(n=n or P.RESUME_N))))
     runs = P.QUICK_RUNS if quick else P.MEMORY_RUNS
     cases.append(Case("memory", "memory", dataclasses.asdict(P.MemoryConfig(runs=runs))))
+    # The rounds outermost: the three runs of a configuration are spread over the scenario.
+    jobs = P.QUICK_QUEUE_JOBS if quick else P.QUEUE_JOBS
+    for r in range(1 if quick else P.QUEUE_ROUNDS):
+        for steps in P.QUEUE_STEPS:
+            for workers in P.QUEUE_WORKERS:
+                cfg = P.QueueConfig(jobs=jobs, steps=steps, workers=workers, round=r + 1)
+                label = f"queue {steps}-step x{workers} #{r + 1}"
+                cases.append(Case("queue", label, dataclasses.asdict(cfg)))
     return [c for c in cases if c.scenario in scenarios]
 
 
@@ -137,7 +153,8 @@ def parse_scenarios(text: str | None) -> set[str]:
         name = by_number.get(item, item)
         if name not in P.BY_NAME:
             raise SystemExit(
-                f"--scenarios: unknown scenario {item!r} (1-6 or {', '.join(P.BY_NAME)})"
+                f"--scenarios: unknown scenario {item!r} "
+                f"(1-{len(P.SCENARIOS)} or {', '.join(P.BY_NAME)})"
             )
         chosen.add(name)
     return chosen
@@ -146,13 +163,23 @@ def parse_scenarios(text: str | None) -> set[str]:
 # -- one call -------------------------------------------------------------------------------------
 
 
-def call(python: Path, engine: Engine, case: Case, timeout: float) -> dict[str, Any]:
-    """Run one scenario of one engine in a fresh process; its JSON outcome."""
-    cmd = [str(python), "-m", engine.module, case.scenario, json.dumps(case.config)]
+def call(
+    python: Path, engine: Engine, case: Case, timeout: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run one scenario of one engine in a fresh process; its JSON outcome.
+
+    A queue system's call is ``_drain.py`` under this interpreter (which has
+    tether's test helpers): it starts the system's own processes in the venv.
+    """
+    if engine.queue:
+        cmd = [sys.executable, str(HERE / "_drain.py"), engine.module, json.dumps(case.config)]
+    else:
+        cmd = [str(python), "-m", engine.module, case.scenario, json.dumps(case.config)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd,
         cwd=HERE,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -190,6 +217,10 @@ def short(out: dict[str, Any]) -> str:
     if out["status"] != "ok":
         return f"{out['status'].upper()}: {out.get('reason', '')}"[:140]
     r = out["result"]
+    if "write_xacts" in r:
+        jobs = out["config"]["jobs"]
+        once = "exactly once" if not (r["duplicates"] or r["lost"]) else "NOT exactly once"
+        return f"ok, {jobs / r['seconds']:,.0f} jobs/s, {once}"
     if r.get("samples"):
         s = sorted(r["samples"])
         return f"ok, p50 {s[len(s) // 2] * 1e3:.2f} ms over {len(s)} trials"
@@ -202,6 +233,21 @@ def short(out: dict[str, Any]) -> str:
         if key in r:
             return "ok, " + fmt.format(r[key])
     return "ok"
+
+
+def queue_server(cases: list[Case], runnable: list[Engine]) -> tuple[dict[str, str], str]:
+    """The throwaway PostgreSQL of scenario 7 (``_drain.start_server``), if it is planned:
+    the environment naming it to the calls (and describing it), or why it did not start."""
+    if not any(c.scenario == "queue" for c in cases) or not any(e.queue for e in runnable):
+        return {}, ""
+    try:
+        import _drain
+
+        env, described = _drain.start_server()
+    except Exception as exc:  # no server binaries, no psycopg, a server that did not start
+        return {}, f"no PostgreSQL for the queue scenario: {type(exc).__name__}: {exc}"[:300]
+    print(f"queue scenario: {described}", flush=True)
+    return {**env, "PEERS_PG_DESCRIBED": described}, ""
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -250,6 +296,7 @@ def main() -> None:
         engines = [e for e in engines if e.key in wanted]
     cases = plan(ns.quick, parse_scenarios(ns.scenarios))
     budget = ns.engine_budget or (QUICK_ENGINE_BUDGET if ns.quick else ENGINE_BUDGET)
+    queue_budget = QUICK_QUEUE_BUDGET if ns.quick else QUEUE_BUDGET
 
     started = time.perf_counter()
     measured_on = machine()  # the load before the run added its own
@@ -270,37 +317,52 @@ def main() -> None:
             "installed": ok,
             "install_error": why,
             "version": None,
+            **({"queue": True} if e.queue else {}),
         }
         if ok:
             runnable.append(e)
         else:
             print(f"{e.name}: not installed, not run:\n  " + why.replace("\n", "\n  "))
-    worst = len(runnable) * budget
+
+    def runs_in(case: Case) -> list[Engine]:
+        return [e for e in runnable if e.queue == (case.scenario == "queue")]
+
+    def budget_of(e: Engine) -> float:
+        return queue_budget if e.queue else budget
+
+    total = sum(len(runs_in(c)) for c in cases)
+    worst = sum(budget_of(e) for e in runnable if any(e in runs_in(c) for c in cases))
     print(
-        f"plan: {len(cases)} configurations x {len(runnable)} engines = "
-        f"{len(cases) * len(runnable)} calls; at most {budget:.0f} s per engine "
-        f"(so under {worst / 60:.0f} min in all)",
+        f"plan: {len(cases)} configurations, {total} calls; at most {budget:.0f} s per engine "
+        f"({queue_budget:.0f} s per queue system) (so under {worst / 60:.0f} min in all)",
         flush=True,
     )
+    server_env, server_error = queue_server(cases, runnable)
 
     spent = {e.key: 0.0 for e in runnable}
     entries: list[dict[str, Any]] = []
-    total, done = len(cases) * len(runnable), 0
+    done = 0
     for i, case in enumerate(cases):
-        rotated = runnable[i % len(runnable) :] + runnable[: i % len(runnable)] if runnable else []
+        these = runs_in(case)
+        rotated = these[i % len(these) :] + these[: i % len(these)] if these else []
         for e in rotated:
             done += 1
-            left = budget - spent[e.key]
+            left = budget_of(e) - spent[e.key]
             head = f"[{done:>3}/{total}] {case.label:<20} {e.name:<24}"
-            if left <= 1.0:
-                out: dict[str, Any] = {
+            if e.queue and server_error:
+                out: dict[str, Any] = {"status": "skipped", "reason": server_error}
+            elif left <= 1.0:
+                out = {
                     "status": "skipped",
-                    "reason": f"the engine's time budget ({budget:.0f} s for all its calls) "
-                    "was spent by the calls before",
+                    "reason": f"the engine's time budget ({budget_of(e):.0f} s for all its "
+                    "calls) was spent by the calls before",
                 }
             else:
-                limit = CALL_TIMEOUT + (case.config.get("budget") or 0.0)
-                out = call(python, e, case, min(limit, left))
+                # a drain's call: its setup, producer and teardown besides the drain
+                limit = CALL_TIMEOUT + (
+                    case.config.get("timeout") or case.config.get("budget") or 0.0
+                )
+                out = call(python, e, case, min(limit, left), server_env if e.queue else None)
                 spent[e.key] += out["process_seconds"]
             if out.get("version") and not info[e.key]["version"]:
                 info[e.key]["version"] = out["version"]
@@ -325,6 +387,8 @@ def main() -> None:
         "pip_check": stamp.get("pip_check", ""),
         "entries": entries,
     }
+    if server_env:
+        results["postgres"] = server_env["PEERS_PG_DESCRIBED"]
     partial = bool(ns.only or ns.scenarios)
     if partial and not ns.fresh and ns.output.exists():
         old = json.loads(ns.output.read_text())
@@ -332,7 +396,11 @@ def main() -> None:
             ran = {(x["engine"], x["case"]) for x in entries}
             keep = [x for x in old.get("entries", []) if (x["engine"], x["case"]) not in ran]
             results["entries"] = keep + entries
-            results["engines"] = {**old.get("engines", {}), **info}
+            before = old.get("engines", {})
+            for key, now in info.items():  # an engine this run did not call keeps its version
+                if now["version"] is None and key in before:
+                    now["version"] = before[key].get("version")
+            results["engines"] = {**before, **info}
     ns.output.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {ns.output} ({time.perf_counter() - started:.0f} s)")
 
