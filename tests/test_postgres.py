@@ -690,3 +690,24 @@ def test_import_tether_without_psycopg() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "pip install -e '.[postgres]'" in done.stdout, done.stdout
+
+
+async def test_a_batched_claim_reads_the_journals_of_the_runs_it_takes(
+    server: PostgresServer,
+) -> None:
+    """A run taken over comes with its journal, read in the claim's transaction exactly as
+    load_entries reads it (so the worker does not read it again); a new run with none."""
+    store = server.store()
+    async with opened(store):
+        first = await store.claim("old", "host:1:a", ttl=0.3, create=_record("old"))
+        await store.append("old", [_entry("old", f"s#{i}", token=first.token) for i in range(3)])
+        await store.create_run(_record("new", status=RunStatus.QUEUED))
+        await store.renew("host:1:a", ttl=0, held={})  # its owner "died"
+        taken = await store.claim_batch(
+            "host:2:b", ttl=60, workflows=["wf"], max_dispatches=5, limit=5
+        )
+        assert [c.record.run_id for c in taken] == ["old", "new"]
+        assert taken[0].previous_owner == "host:1:a" and taken[1].previous_owner is None
+        assert taken[0].entries == list(await store.load_entries("old"))
+        assert [e.key for e in taken[0].entries or ()] == ["s#0", "s#1", "s#2"]
+        assert taken[1].entries == []

@@ -42,7 +42,7 @@ from .._core._store_calls import StoreErrors
 from .._errors import UsageError
 from ..stores._capabilities import Capability, has
 from ..stores._owners import Served, WorkerAd
-from ..stores._records import RunRecord, RunStatus
+from ..stores._records import Entry, RunRecord, RunStatus
 from ..stores._store import Store
 from ._catalog import Catalog
 from ._control import record_cancel, submit_run, wait_for_run
@@ -556,17 +556,26 @@ class Internals:
         """
         self._engine._closed = True
 
-    async def execute_claimed(self, record: RunRecord, *, park_after: float | None = None) -> Any:
+    async def execute_claimed(
+        self,
+        record: RunRecord,
+        *,
+        park_after: float | None = None,
+        journal: Sequence[Entry] | None = None,
+    ) -> Any:
         """Execute a run a worker claimed (``record``, with this engine's lease); its outcome.
 
         For :mod:`._worker`. The workflow must be defined here (workers claim
         only those). With *park_after*, a run whose tasks all wait and whose
         next durable timer is due more than that many seconds from now parks
-        (stored ``waiting``, released). A checkpoint; cancellation is a
-        caller cancellation. Raises what :meth:`run` raises, ``Paused``, and
+        (stored ``waiting``, released). *journal* is the run's journal as the
+        claim read it (``None``: it is loaded). A checkpoint; cancellation is
+        a caller cancellation. Raises what :meth:`run` raises, ``Paused``, and
         ``Waiting`` for a parked run.
         """
-        return await self._engine._launcher.execute_claimed(record, park_after=park_after)
+        return await self._engine._launcher.execute_claimed(
+            record, park_after=park_after, journal=journal
+        )
 
     async def served(self) -> frozenset[Served] | None:
         """Every ``(workflow, version)`` a live worker serves now (the dashboard and

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -61,7 +62,7 @@ from .._core._shields import Parked
 from .._core._store_calls import StoreErrors
 from .._core._unjournaled import watched
 from .._errors import LeaseLostError, RunCancelledError
-from ..stores._records import EntryKind, EntryStatus, RunStatus
+from ..stores._records import Entry, EntryKind, EntryStatus, RunStatus
 from ._outcomes import Outcome
 
 __all__ = ("Execution",)
@@ -112,6 +113,8 @@ class Execution:
     #: the runs executing in this engine (the launcher's): this one leaves it when it ends
     active: set[str]
     created: bool = False  # the claim created the run: its journal is empty, not read
+    #: the run's journal as its claim read it (a worker's batched claim), not read again
+    journal: Sequence[Entry] | None = None
     runner_done: bool = False  # the runner task has finished
     _watcher: trio.lowlevel.Task | None = None  # the caller's task, parked until then
     #: a child run's watcher, kept waiting through its parent's run's cancellation
@@ -255,8 +258,12 @@ class Execution:
     async def _load_journal(self, run_id: str) -> None:
         """Load the run's journal for replay (see :mod:`._replay`)."""
         state = self.outcome.state
-        with StoreErrors(f"loading the journal of run {run_id!r}"):
-            entries = await self.outcome.store.load_entries(run_id)
+        entries, self.journal = self.journal, None  # (not kept while the run is held)
+        if entries is None:
+            with StoreErrors(f"loading the journal of run {run_id!r}"):
+                entries = await self.outcome.store.load_entries(run_id)
+        else:
+            await trio.lowlevel.checkpoint()
         state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
         for entry in entries:  # in seq order: the last failed attempt of each step wins
             if entry.status is EntryStatus.FAILED and entry.kind is EntryKind.STEP:

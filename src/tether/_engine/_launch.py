@@ -16,7 +16,7 @@ this engine is still in use; an execution leaves it when it ends.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 import attrs
@@ -37,7 +37,7 @@ from .._errors import (
     RunNotFoundError,
 )
 from ..stores._leases import version_conflict
-from ..stores._records import RunRecord, RunStatus, utcnow
+from ..stores._records import Entry, RunRecord, RunStatus, utcnow
 from ..stores._store import Store
 from ._catalog import Catalog
 from ._execution import Execution
@@ -125,8 +125,15 @@ class Launcher:
         claimed = await self._claim(wf, record, decode_args(wf, record), provided=provided)
         return claimed.value if isinstance(claimed, _Completed) else await claimed.execute()
 
-    async def execute_claimed(self, record: RunRecord, *, park_after: float | None) -> Any:
-        """What :meth:`Engine.execute_claimed <tether.Engine.execute_claimed>` does (see there)."""
+    async def execute_claimed(
+        self,
+        record: RunRecord,
+        *,
+        park_after: float | None,
+        journal: Sequence[Entry] | None = None,
+    ) -> Any:
+        """Execute a run a worker claimed: see :meth:`Internals.execute_claimed
+        <tether._engine._engine.Internals.execute_claimed>`."""
         wf = self.catalog.find(record)
         self._enter(record.run_id)
         try:
@@ -147,7 +154,13 @@ class Launcher:
                     await self.store.update_run(failed)
                 raise
             execution = self._execution(
-                wf, record, args, provided={}, original=record, park_after=park_after
+                wf,
+                record,
+                args,
+                provided={},
+                original=record,
+                park_after=park_after,
+                journal=journal,
             )
         except BaseException:
             self.active.discard(record.run_id)
@@ -205,6 +218,7 @@ class Launcher:
         original: RunRecord,
         created: bool = False,
         park_after: float | None = None,
+        journal: Sequence[Entry] | None = None,
     ) -> Execution:
         """The execution of the claimed run *record* (it leaves :attr:`active` when it ends)."""
         parent = take_parent()  # (a child run, tether.child: it parks as its parent may)
@@ -233,7 +247,9 @@ class Launcher:
             record=record,
             original=original,
         )
-        return Execution(outcome=outcome, args=args, active=self.active, created=created)
+        return Execution(
+            outcome=outcome, args=args, active=self.active, created=created, journal=journal
+        )
 
     def _enter(self, run_id: str) -> None:
         """Mark *run_id* as executing in this engine (its execution, or whoever fails to

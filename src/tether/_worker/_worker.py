@@ -199,7 +199,7 @@ class Worker:
         self.claimed += 1
         self.running.add(record.run_id)
         ended = trio.Event()
-        runs.start_soon(self._execute, record, ended, name=f"tether worker: run {record.run_id}")
+        runs.start_soon(self._execute, claimed, ended, name=f"tether worker: run {record.run_id}")
         return ended
 
     @property
@@ -281,17 +281,20 @@ class Worker:
         }
         return frozenset(self._gone)
 
-    async def _execute(self, record: RunRecord, ended: trio.Event) -> None:
+    async def _execute(self, claimed: Claimed, ended: trio.Event) -> None:
         """Execute one claimed run; log its outcome; never raise one (Cancelled propagates).
 
         A failure is logged at WARNING with its traceback.
 
         Sets *ended* when the run no longer holds its slot.
         """
+        record = claimed.record
         run_id = record.run_id
         how = "interrupted"
         try:
-            await internals(self.engine).execute_claimed(record, park_after=self.park_after)
+            await internals(self.engine).execute_claimed(
+                record, park_after=self.park_after, journal=claimed.entries
+            )
             how = "completed"
         except Paused:
             how = "paused"

@@ -303,6 +303,9 @@ _TEXT: Final = {
     "insert_entry": "INSERT INTO {s}.entries (run_id, seq, ikey, data) VALUES (%s, %s, %s, %s)",
     "twin": "SELECT seq, data FROM {s}.entries WHERE run_id = %s AND ikey = %s",
     "load_entries": "SELECT seq, data FROM {s}.entries WHERE run_id = %s ORDER BY seq",
+    "load_journals": """
+        SELECT run_id, seq, data FROM {s}.entries WHERE run_id = ANY(%s) ORDER BY run_id, seq
+    """,
     # Mailboxes. A send locks the run's row first (lock_run): sends to one run
     # take their seqs one at a time.
     "last_message": "SELECT COALESCE(max(seq), 0) FROM {s}.messages WHERE run_id = %s",
@@ -365,6 +368,7 @@ class Statements:
         self.insert_entry = q["insert_entry"]
         self.twin = q["twin"]
         self.load_entries = q["load_entries"]
+        self.load_journals = q["load_journals"]
         self.delete_entries = q["delete_entries"]
         self.last_message = q["last_message"]
         self.insert_message = q["insert_message"]

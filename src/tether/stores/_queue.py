@@ -24,7 +24,7 @@ these pure functions, and writes what it returns in that same step:
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Final, Protocol
 
@@ -33,7 +33,7 @@ import attrs
 from .._errors import ErrorInfo, RunNotFoundError, UsageError
 from ._leases import cancelled_record
 from ._owners import Served
-from ._records import RunRecord, RunStatus, utcnow
+from ._records import Entry, RunRecord, RunStatus, utcnow
 from ._run_ids import check_run_id
 
 __all__ = (
@@ -331,10 +331,14 @@ class Claimed:
         previous_owner: the owner whose lease the claim took over (a
             ``running`` run whose owner's lease had expired or who is gone),
             or ``None`` (a queued, released or due waiting run).
+        entries: the run's journal in ``seq`` order, read in the claim's
+            atomic step (as strictly as ``load_entries`` reads it), so that
+            its executor need not load it; ``None``: not read.
     """
 
     record: RunRecord
     previous_owner: str | None
+    entries: Sequence[Entry] | None = None
 
 
 def decide_batch(
