@@ -55,12 +55,13 @@ from ._queue import (
 from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond
 from ._run_ids import check_run_id
+from ._store import ClaimNextFromBatch
 
 __all__ = ("FileStore",)
 
 
 @final
-class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
+class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners, ClaimNextFromBatch):
     """Runs and journals as JSON files under *directory*, safe for several processes.
 
     Args:
@@ -292,28 +293,6 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners):
         selected = check_run_filter(status, workflow, after, limit, version)
         records: list[RunRecord] = await self._call("listing runs", self._list_sync)
         return selected.page(records)
-
-    async def claim_next(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        workflows: Collection[Served | str],
-        max_dispatches: int,
-        gone: Collection[str] = (),
-        now: datetime | None = None,
-    ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
-        got = await self.claim_batch(
-            owner,
-            ttl=ttl,
-            workflows=workflows,
-            max_dispatches=max_dispatches,
-            limit=1,
-            gone=gone,
-            now=now,
-        )
-        return got[0].record if got else None
 
     async def claim_batch(
         self,

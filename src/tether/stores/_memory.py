@@ -39,12 +39,13 @@ from ._queue import (
 from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond, decide_respond
 from ._run_ids import check_run_id
+from ._store import ClaimNextFromBatch
 
 __all__ = ("MemoryStore",)
 
 
 @final
-class MemoryStore:
+class MemoryStore(ClaimNextFromBatch):
     """Keeps runs, journals and messages in memory; nothing survives the process.
 
     Records are frozen and their values are JSON text, so what a reader gets
@@ -125,28 +126,6 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         # The dict keeps creation order; a scan is what an in-memory store affords.
         return [self._read(r) for r in selected.page(self._runs.values())]
-
-    async def claim_next(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        workflows: Collection[Served | str],
-        max_dispatches: int,
-        gone: Collection[str] = (),
-        now: datetime | None = None,
-    ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
-        got = await self.claim_batch(
-            owner,
-            ttl=ttl,
-            workflows=workflows,
-            max_dispatches=max_dispatches,
-            limit=1,
-            gone=gone,
-            now=now,
-        )
-        return got[0].record if got else None
 
     async def claim_batch(
         self,

@@ -59,6 +59,7 @@ from ._records import Entry, RunRecord, RunStatus
 from ._respond import check_respond
 from ._rows import Appending, encode_append
 from ._run_ids import check_run_id
+from ._store import ClaimNextFromBatch
 from ._url import refuse_url
 
 __all__ = ("PostgresStore",)
@@ -71,7 +72,7 @@ _SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
 
 @final
-class PostgresStore:
+class PostgresStore(ClaimNextFromBatch):
     """Runs and journals in PostgreSQL, shared by many processes on many machines.
 
     Args:
@@ -321,28 +322,6 @@ class PostgresStore:
             f"claiming run {run_id!r}",
             lambda conn, retrying: self._tables.claim(conn, run_id, owner, ttl, create, takeover),
         )
-
-    async def claim_next(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        workflows: Collection[Served | str],
-        max_dispatches: int,
-        gone: Collection[str] = (),
-        now: datetime | None = None,
-    ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
-        got = await self.claim_batch(
-            owner,
-            ttl=ttl,
-            workflows=workflows,
-            max_dispatches=max_dispatches,
-            limit=1,
-            gone=gone,
-            now=now,
-        )
-        return got[0].record if got else None
 
     async def claim_batch(
         self,

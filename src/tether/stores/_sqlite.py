@@ -53,6 +53,7 @@ from ._sqlite_rows import encode_append, time_of
 from ._sqlite_sql import SCHEMA_VERSION
 from ._sqlite_tables import Tables
 from ._sqlite_writer import Writer
+from ._store import ClaimNextFromBatch
 from ._url import path_url, refuse_url
 
 __all__ = ("SCHEMA_VERSION", "SQLiteStore")
@@ -61,7 +62,7 @@ _SYNCHRONOUS = ("off", "normal", "full", "extra")
 
 
 @final
-class SQLiteStore:
+class SQLiteStore(ClaimNextFromBatch):
     """Runs and journals in one SQLite file, safe for several processes.
 
     Args:
@@ -334,28 +335,6 @@ class SQLiteStore:
         return result
 
     # -- the queue and workers ---------------------------------------------------------
-
-    async def claim_next(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        workflows: Collection[Served | str],
-        max_dispatches: int,
-        gone: Collection[str] = (),
-        now: datetime | None = None,
-    ) -> RunRecord | None:
-        """A worker's claim of the oldest dispatchable run: :meth:`claim_batch` of one."""
-        got = await self.claim_batch(
-            owner,
-            ttl=ttl,
-            workflows=workflows,
-            max_dispatches=max_dispatches,
-            limit=1,
-            gone=gone,
-            now=now,
-        )
-        return got[0].record if got else None
 
     async def claim_batch(
         self,

@@ -28,6 +28,7 @@ __all__ = (
     "AdvertisingStore",
     "BATCH_METHODS",
     "BatchClaimingStore",
+    "ClaimNextFromBatch",
     "DELETE_METHODS",
     "DeletableStore",
     "STORE_METHODS",
@@ -312,6 +313,33 @@ class BatchClaimingStore(Protocol):
 
 #: Methods of :class:`BatchClaimingStore`.
 BATCH_METHODS: Final = ("claim_batch",)
+
+
+class ClaimNextFromBatch:
+    """A store's ``claim_next`` as its ``claim_batch`` of one (a mixin of the built-in stores)."""
+
+    async def claim_next(
+        self: BatchClaimingStore,
+        owner: str,
+        *,
+        ttl: float,
+        workflows: Collection[Served | str],
+        max_dispatches: int,
+        gone: Collection[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord | None:
+        """A worker's claim of the oldest dispatchable run: ``claim_batch`` of one (see
+        :meth:`WorkerStore.claim_next`)."""
+        got = await self.claim_batch(
+            owner,
+            ttl=ttl,
+            workflows=workflows,
+            max_dispatches=max_dispatches,
+            limit=1,
+            gone=gone,
+            now=now,
+        )
+        return got[0].record if got else None
 
 
 @runtime_checkable
