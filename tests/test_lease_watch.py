@@ -95,3 +95,38 @@ async def test_a_run_lost_while_the_store_hung_is_released_once_it_answers(
             )
             assert [c.record.run_id for c in taken] == ["lost"]
             gate.set()
+
+
+async def test_a_lost_run_claimed_again_here_is_not_released_under_its_new_execution(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A run lost here, then claimed again by this engine's worker: the look for lost runs
+    to release must leave it alone (before, it released it under the new token, before
+    the new execution held it, and another worker could run it at the same time)."""
+    from tether._engine._ownership import Leases
+    from tether.stores import RunStatus, utcnow
+
+    store = tether.MemoryStore()
+    owner = "host:1:e"
+    leases = Leases(store, owner, ttl=TTL, save_timeout=5.0)
+    now = utcnow()
+    await store.create_run(
+        RunRecord(
+            run_id="r", workflow="wf", args="[]", status=RunStatus.QUEUED,
+            created_at=now, updated_at=now,
+        )
+    )  # fmt: skip
+    (first,) = await leases.claim_batch(
+        [("wf", None)], max_dispatches=5, limit=1, gone=(), now=utcnow()
+    )
+    lost: list[Exception] = []
+    leases.hold("r", first.record.token, lost=lost.append, cancelled=lambda: None)
+    await trio.sleep(TTL * 1.5)  # no renewal answered (the task does not run): lost here
+    assert leases._lose_expired() and lost
+    (again,) = await leases.claim_batch(
+        [("wf", None)], max_dispatches=5, limit=1, gone=(), now=utcnow()
+    )
+    assert again.record.token == first.record.token + 1
+    await leases._release_unsure()  # the lease task, before the new execution holds it
+    stored = await store.get_run("r")
+    assert stored is not None and stored.owner == owner and stored.token == again.record.token

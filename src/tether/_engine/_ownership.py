@@ -80,10 +80,11 @@ class Leases:
         self.renewals = 0
         self._confirmed = -math.inf  # Trio time a claim or renewal last confirmed the lease
         self._releases: dict[str, RunRecord] = {}
-        #: runs whose claim was cut short, its outcome unknown, or whose lease was
-        #: lost here: Trio time until which the task looks whether the store still
-        #: names this engine their owner (then nobody executes the run: released)
-        self._unsure: dict[str, float] = {}
+        #: runs whose claim was cut short, its outcome unknown (token ``None``), or
+        #: whose lease with that token was lost here, or whose release failed:
+        #: Trio time until which the task looks whether the store still names
+        #: this engine their owner (then nobody executes the run: released)
+        self._unsure: dict[str, tuple[float, int | None]] = {}
         self._claiming: set[str] = set()  # runs whose claim is awaited now
         self._wake = trio.Event()
         # The task waits with no deadline (nothing held, released or unsure).
@@ -126,7 +127,8 @@ class Leases:
             # Cut short (the caller's deadline) or failed without an answer: the
             # claim may land later, and then nobody would execute or release
             # the run. The lease task looks, and releases it if so.
-            self._unsure[run_id] = trio.current_time() + self.ttl + min(self.save_timeout, 60.0)
+            until = trio.current_time() + self.ttl + min(self.save_timeout, 60.0)
+            self._unsure[run_id] = (until, None)
             self._wake.set()
             raise
         finally:
@@ -199,6 +201,7 @@ class Leases:
             self._confirmed = max(self._confirmed, confirmed)
             for claimed in got:
                 self._releases.pop(claimed.record.run_id, None)
+                self._unsure.pop(claimed.record.run_id, None)  # (this claim's execution holds it)
         return got
 
     def release_later(self, record: RunRecord, *, counts: bool = False) -> None:
@@ -272,8 +275,8 @@ class Leases:
 
     async def _release_pending(self) -> None:
         """Write the pending releases, each bounded by ``lease_ttl / 3``: a store that hangs
-        must not hold up the renewals of the runs still held (an abandoned release
-        expires after ``lease_ttl``)."""
+        must not hold up the renewals of the runs still held. A release that failed or
+        took longer is looked at again (see :meth:`_release_unsure`)."""
         while self._releases:
             self._lose_expired()
             run_id, record = next(iter(self._releases.items()))
@@ -282,36 +285,58 @@ class Leases:
                     await self.store.update_run(record)
                 if bounded.cancelled_caught:
                     log.warning(
-                        "tether: releasing the lease of run %s took over lease_ttl/3; left to "
-                        "expire after lease_ttl",
+                        "tether: releasing the lease of run %s took over lease_ttl/3 (retried)",
                         run_id,
                     )
+                    self._retry_release(record)
             except LeaseLostError:
                 pass  # claimed again since: nothing of ours to release
             except Exception as exc:
                 log.warning(
-                    "tether: releasing the lease of run %s failed (it expires after lease_ttl): %r",
-                    run_id,
-                    exc,
+                    "tether: releasing the lease of run %s failed (retried): %r", run_id, exc
                 )
+                self._retry_release(record)
             if self._releases.get(run_id) is record:
                 del self._releases[run_id]
+
+    def _retry_release(self, record: RunRecord) -> None:
+        """Look again later whether the store still names this engine *record*'s owner, with
+        its token, and release it then: this owner's row lives on while it holds runs, and
+        nobody would take the run until that row expired."""
+        until = trio.current_time() + self.ttl + _LOST_RELEASE_HORIZON
+        self._unsure[record.run_id] = (until, record.token)
 
     async def _release_unsure(self) -> None:
         """Release each run whose cut-short claim landed after all (see :meth:`claim`), and
         each run whose lease was lost here while the store did not answer."""
-        for run_id, until in list(self._unsure.items()):
+        for run_id, entry in list(self._unsure.items()):
+            until, token = entry
             if run_id in self.held or run_id in self._claiming:
                 continue  # claimed again here: that execution holds it
             try:
-                record = await self.store.get_run(run_id)
-                if run_id in self.held or run_id in self._claiming:
+                # Bounded like a release: a store that hangs must not hold up renewals.
+                record = None
+                with trio.move_on_after(self.ttl / 3):
+                    record = await self.store.get_run(run_id)
+                if (
+                    self._unsure.get(run_id) is not entry  # claimed again meanwhile
+                    or run_id in self.held
+                    or run_id in self._claiming
+                ):
                     continue
-                if record is not None and record.owner == self.owner:
-                    # Fenced by the late claim's token: refused if claimed since.
-                    await self.store.update_run(
-                        attrs.evolve(record, owner=None, updated_at=utcnow())
-                    )
+                ours = record is not None and record.owner == self.owner
+                if ours and token is not None and record is not None and record.token != token:
+                    ours = False  # claimed again here since, under another token
+                if ours and record is not None:
+                    # Fenced by the token read: refused if claimed since.
+                    with trio.move_on_after(self.ttl / 3):
+                        await self.store.update_run(
+                            attrs.evolve(record, owner=None, updated_at=utcnow())
+                        )
+                        self._unsure.pop(run_id, None)
+                        continue
+                elif token is not None and record is not None:
+                    # A lost lease (unlike a cut-short claim) cannot land later.
                     self._unsure.pop(run_id, None)
                     continue
             except LeaseLostError:
@@ -368,14 +393,14 @@ class Leases:
         """
         if not self.held or trio.current_time() < self._confirmed + self.ttl:
             return False
-        lost = list(self.held)
+        lost = {run_id: h.token for run_id, h in self.held.items()}
         self._lose_all(
             f"no lease renewal succeeded for lease_ttl={self.ttl} s (this process was "
             "paused, or the store did not answer)"
         )
         until = trio.current_time() + self.ttl + _LOST_RELEASE_HORIZON
-        for run_id in lost:
-            self._unsure[run_id] = until
+        for run_id, token in lost.items():
+            self._unsure[run_id] = (until, token)
         return True
 
     def _lose_all(self, why: str) -> None:

@@ -75,7 +75,7 @@ from .._engine._engine import Engine, internals
 from .._engine._serving import Advertiser
 from .._errors import LeaseLostError, Paused, RunCancelledError, UsageError
 from ..stores._owners import Served
-from ..stores._queue import Claimed, check_max_dispatches
+from ..stores._queue import MAX_BATCH, Claimed, check_max_dispatches
 from ..stores._records import RunRecord, RunStatus, utcnow
 from ..stores._store import WORKER_METHODS
 from ._schedule import Schedule, check_schedules, serve_schedules
@@ -131,7 +131,7 @@ class Worker:
         changes = internals(self.engine).changes
         while True:
             await self._slots.acquire()
-            free = 1 + self._take_free_slots()
+            free = 1 + self._take_free_slots(most=MAX_BATCH - 1)
             seen = changes.generation
             try:
                 claimed = await self._claim(free)
@@ -158,20 +158,27 @@ class Worker:
                         self._give_back(other.record)
                 self._release_slots(len(claimed) - 1)
                 claimed = [last]
+                # Given back before it starts, so that they are not held (and
+                # charged a death) should it kill this process. Shielded: a
+                # cancellation here would leave the last run claimed, unstarted;
+                # bounded by save_timeout (a release not written by then expires).
+                with trio.CancelScope(shield=True):
+                    await internals(self.engine).leases.flush()
             for c in claimed:
                 ended = self._start(runs, c)
             if last is not None:
                 await ended.wait()
 
-    def _take_free_slots(self) -> int:
-        """Take every slot free now, without waiting; how many."""
+    def _take_free_slots(self, *, most: int) -> int:
+        """Take every slot free now, at most *most*, without waiting; how many."""
         taken = 0
-        while True:
+        while taken < most:
             try:
                 self._slots.acquire_nowait()
             except trio.WouldBlock:
                 return taken
             taken += 1
+        return taken
 
     def _release_slots(self, n: int) -> None:
         for _ in range(n):

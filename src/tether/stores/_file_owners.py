@@ -106,6 +106,28 @@ class FileOwners(FileRuns):
         now: datetime,
     ) -> list[Claimed]:
         claimed: list[Claimed] = []
+        try:
+            self._claim_each(owner, ttl, workflows, max_dispatches, limit, gone, now, claimed)
+        except Exception:
+            # Each run is claimed under its own lock, not in one atomic step:
+            # the runs claimed before a failure are returned (their executors
+            # hold them), not left claimed by nobody; the failure comes again.
+            if not claimed:
+                raise
+        return claimed
+
+    def _claim_each(
+        self,
+        owner: str,
+        ttl: float,
+        workflows: frozenset[Served],
+        max_dispatches: int,
+        limit: int,
+        gone: frozenset[str],
+        now: datetime,
+        claimed: list[Claimed],
+    ) -> None:
+        """Claim candidates one by one, each under its run's lock, into *claimed*."""
         for listed in self._list_sync():
             if len(claimed) >= limit:
                 break
@@ -132,7 +154,6 @@ class FileOwners(FileRuns):
                     self._replace_run(folder, decision.store)
                     if decision.claimed:
                         claimed.append(claimed_from(current, decision, time_of(expires)))
-        return claimed
 
     def _advertise_sync(self, owner: str, serves: frozenset[Served], ttl: float) -> None:
         folder = self._root / WORKERS

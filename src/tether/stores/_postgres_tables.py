@@ -270,9 +270,7 @@ class Tables:
                 )
                 self.notify(conn)
                 if any(d.claimed for _, d in decided):
-                    (expires,) = conn.execute(
-                        self.sql.claim_owner, (owner, ttl, ttl, owner)
-                    ).fetchone()
+                    expires = self._claim_owner(conn, owner, ttl)
                     claimed.extend(
                         claimed_from(current, d, _utc(expires))
                         for current, d in decided
@@ -283,6 +281,19 @@ class Tables:
                 journals = self.load_journals(conn, [c.record.run_id for c in claimed])
                 claimed = [attrs.evolve(c, entries=journals[c.record.run_id]) for c in claimed]
         return claimed
+
+    def _claim_owner(self, conn: Any, owner: str, ttl: float) -> datetime:
+        """The owner's lease expiry after a batched claim (see ``claim_owner``)."""
+        row = conn.execute(self.sql.claim_owner, (owner, ttl, ttl, owner)).fetchone()
+        if row is None:
+            # The owner's row was inserted by another transaction after this
+            # statement's snapshot (its first claim racing another): a new
+            # statement, with a new snapshot, finds it.
+            row = conn.execute(self.sql.claim_owner, (owner, ttl, ttl, owner)).fetchone()
+        if row is None:
+            raise StoreError(f"{self.label}: the lease row of {owner} could not be read")
+        expires: datetime = row[0]
+        return expires
 
     def renew(self, conn: Any, owner: str, ttl: float, held: Mapping[str, int]) -> Renewal:
         """Extend (or, with a zero *ttl*, drop) *owner*'s leases: one row's update."""

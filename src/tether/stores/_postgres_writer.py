@@ -211,12 +211,13 @@ class Writer:
         rows = conn.execute(sql.lock_batch, (run_ids,)).fetchall()
         fences = {row[1]: (row[5], row[6]) for row in rows}
         last: dict[str, int | None] = {row[1]: row[7] for row in rows}
-        updating = {job.run_id for job in jobs if job.update is not None}
-        currents = {
-            row[1]: (self._tables.decode_run(row[:5]), row[2]) for row in rows if row[1] in updating
-        }
+        raw = {row[1]: row for row in rows}
+        # Each run's record as the batch leaves it, decoded by its first update job
+        # (a record that does not decode fails that run's updates, and them alone).
+        currents: dict[str, tuple[RunRecord, str]] = {}
         cols: tuple[list[str], list[int], list[str], list[str]] = ([], [], [], [])
         puts: dict[str, RunRecord] = {}  # each run's last record written in the batch
+        stored_by: dict[str, list[Job]] = {}  # the update jobs that stored each run's record
         results: list[_Result] = []
         for job in jobs:
             run_id = job.run_id
@@ -225,6 +226,9 @@ class Writer:
                 continue
             if job.update is not None:
                 try:
+                    if run_id not in currents:
+                        row = raw[run_id]
+                        currents[run_id] = (self._tables.decode_run(row[:5]), row[2])
                     stored = self._update(job, job.update, currents)
                 except TetherError as exc:
                     results.append((None, exc))
@@ -232,6 +236,7 @@ class Writer:
                 if stored is not currents[run_id][0]:
                     currents[run_id] = (stored, "")
                     puts[run_id] = stored
+                    stored_by.setdefault(run_id, []).append(job)
                 fences[run_id] = (stored.owner, stored.token)
                 results.append((stored, None))
                 continue
@@ -258,10 +263,12 @@ class Writer:
         if puts:
             records = list(puts.values())
             texts = self._tables.put_runs(conn, records, claims=[None] * len(records))
-            written = dict(zip(puts, texts, strict=True))
-            for job in jobs:
-                if job.update is not None and job.run_id in written:
-                    job.attempted.append(written[job.run_id])
+            # Only the jobs that stored a run's record learn the text that commits
+            # (a retry after a lost answer finds it and knows it committed); a job
+            # refused by the fence does not, and is refused again.
+            for run_id, text in zip(puts, texts, strict=True):
+                for job in stored_by[run_id]:
+                    job.attempted.append(text)
             self._tables.notify(conn)
         return results
 
@@ -316,5 +323,5 @@ class Writer:
 
     def _no_run(self, run_id: str) -> RunNotFoundError:
         return RunNotFoundError(
-            f"cannot append to run {run_id!r}: it is not stored in {self._label}"
+            f"cannot write to run {run_id!r}: it is not stored in {self._label}"
         )
