@@ -324,10 +324,11 @@ class Leases:
                     or run_id in self._claiming
                 ):
                     continue
-                ours = record is not None and record.owner == self.owner
-                if ours and token is not None and record is not None and record.token != token:
-                    ours = False  # claimed again here since, under another token
-                if ours and record is not None:
+                if (
+                    record is not None
+                    and record.owner == self.owner
+                    and token in (None, record.token)  # (another token: claimed again here)
+                ):
                     # Fenced by the token read: refused if claimed since.
                     with trio.move_on_after(self.ttl / 3):
                         await self.store.update_run(
