@@ -176,7 +176,8 @@ class Engine:
         self._catalog.define(wf)
         run_id = run_id or uuid.uuid4().hex
         with deadline(timeout):
-            return await self._launcher.start(wf, run_id, args_text, decoded_args)  # type: ignore[no-any-return]
+            execution = await self._launcher.start(wf, run_id, args_text, decoded_args)
+            return await execution.execute()  # type: ignore[no-any-return]
 
     def open_run(
         self,
@@ -268,7 +269,8 @@ class Engine:
         validate_timeout(timeout, "timeout")
         self._check_open()
         with deadline(timeout):
-            return await self._launcher.resume(run_id, responses)
+            execution = await self._launcher.resume(run_id, responses)
+            return await execution.execute()
 
     async def respond(self, run_id: str, responses: Mapping[str, Any]) -> None:
         """Respond to the paused run's requests and queue it for the workers; execute nothing.
@@ -573,9 +575,10 @@ class Internals:
         a caller cancellation. Raises what :meth:`run` raises, ``Paused``, and
         ``Waiting`` for a parked run.
         """
-        return await self._engine._launcher.execute_claimed(
+        execution = await self._engine._launcher.claimed(
             record, park_after=park_after, journal=journal
         )
+        return await execution.execute()
 
     async def served(self) -> frozenset[Served] | None:
         """Every ``(workflow, version)`` a live worker serves now (the dashboard and

@@ -4,10 +4,11 @@ Layer: the engine (``_engine``).
 
 ``engine.run``, ``engine.resume`` and a worker's claimed run all build the
 run's state and one :class:`~._execution.Execution` (which owns the
-nurseries, the lease and the outcome), and await it from their own frame,
-with no helper frame of the launcher's between (frames held for as long as
-the run is held cost memory per run). What differs is how they get there: ``run`` may create the run
-(with its first lease, in one write), ``resume`` checks responses against
+nurseries, the lease and the outcome), which the launcher returns: they
+await it from their own frame, with no frame of the launcher's between
+(frames held for as long as the run is held cost memory per run). What
+differs is how they get there: ``run`` may create the run (with its first
+lease, in one write), ``resume`` checks responses against
 the stored requests, and a worker has already claimed. The launcher also
 keeps the set of runs executing in its engine, so that a second execution
 of the same run there is refused and ``cancel`` can tell whether a lease of
@@ -46,7 +47,7 @@ from ._inputs import check_responses, decode_args
 from ._outcomes import Outcome
 from ._ownership import Leases
 
-__all__ = ("Launcher",)
+__all__ = ("Completed", "Launcher")
 
 
 @final
@@ -66,8 +67,9 @@ class Launcher:
 
     async def start(
         self, wf: Workflow[..., Any], run_id: str, args_text: str, args: tuple[Any, ...]
-    ) -> Any:
-        """Start (or resume) the run *run_id* of ``wf(*args)``, its arguments stored as *args_text*.
+    ) -> Execution | Completed:
+        """Claim the run *run_id* of ``wf(*args)`` to start (or resume) it, its arguments
+        stored as *args_text*: what to await (``execute()``) for its outcome.
 
         What :meth:`Engine.run <tether.Engine.run>` does once its arguments
         are checked; see there for cancellation and errors.
@@ -94,7 +96,7 @@ class Launcher:
         # it is (still) not stored, or else claims the stored one, if it is
         # the same workflow with the same arguments (a retry whose first
         # attempt's create landed after all resumes it).
-        claimed = await self._claim(
+        return await self._claim(
             wf,
             record,
             args,
@@ -107,10 +109,12 @@ class Launcher:
                 updated_at=now,
             ),
         )
-        return claimed.value if isinstance(claimed, _Completed) else await claimed.execute()
 
-    async def resume(self, run_id: str, responses: Mapping[str, Any] | None) -> Any:
-        """Continue the stored run *run_id*, given *responses* to its pending requests.
+    async def resume(
+        self, run_id: str, responses: Mapping[str, Any] | None
+    ) -> Execution | Completed:
+        """Claim the stored run *run_id* to continue it, given *responses* to its pending
+        requests: what to await (``execute()``) for its outcome.
 
         What :meth:`Engine.resume <tether.Engine.resume>` does once its
         arguments are checked; see there for cancellation and errors.
@@ -122,18 +126,17 @@ class Launcher:
         check_not_cancelled(record)
         provided = check_responses(record, responses, self.leases.owner) if responses else {}
         wf = self.catalog.find(record)
-        claimed = await self._claim(wf, record, decode_args(wf, record), provided=provided)
-        return claimed.value if isinstance(claimed, _Completed) else await claimed.execute()
+        return await self._claim(wf, record, decode_args(wf, record), provided=provided)
 
-    async def execute_claimed(
+    async def claimed(
         self,
         record: RunRecord,
         *,
         park_after: float | None,
         journal: Sequence[Entry] | None = None,
-    ) -> Any:
-        """Execute a run a worker claimed: see :meth:`Internals.execute_claimed
-        <tether._engine._engine.Internals.execute_claimed>`."""
+    ) -> Execution:
+        """The execution of a run a worker claimed, to await: see
+        :meth:`Internals.execute_claimed <tether._engine._engine.Internals.execute_claimed>`."""
         wf = self.catalog.find(record)
         self._enter(record.run_id)
         try:
@@ -165,7 +168,7 @@ class Launcher:
         except BaseException:
             self.active.discard(record.run_id)
             raise
-        return await execution.execute()
+        return execution
 
     async def _claim(
         self,
@@ -175,12 +178,12 @@ class Launcher:
         *,
         create: RunRecord | None = None,
         provided: dict[str, Any] | None = None,
-    ) -> Execution | _Completed:
+    ) -> Execution | Completed:
         """Claim the run (read as *current*, or created from *create*): its execution, to
         await (it is in :attr:`active` from now until that ends), or its result, if it has
         completed."""
         if current is not None and current.status is RunStatus.COMPLETED:
-            return _Completed(decode_result(current, wf))
+            return Completed(decode_result(current, wf))
         run_id = current.run_id if current is not None else create.run_id  # type: ignore[union-attr]
         self._enter(run_id)
         try:
@@ -188,7 +191,7 @@ class Launcher:
                 record = await self.leases.claim(run_id, current=current, create=create)
             if record.status is RunStatus.COMPLETED:  # it completed since it was read
                 self.active.discard(run_id)
-                return _Completed(decode_result(record, wf))
+                return Completed(decode_result(record, wf))
             # Created by this claim (our record, first token): its journal is empty.
             created = (
                 current is None
@@ -260,7 +263,12 @@ class Launcher:
 
 
 @attrs.frozen
-class _Completed:
+class Completed:
     """A run found completed when it was claimed: its decoded result."""
 
     value: Any
+
+    async def execute(self) -> Any:
+        """The result (like :meth:`Execution.execute`; a run found completed executes
+        nothing). Not a checkpoint."""
+        return self.value

@@ -70,8 +70,9 @@ class MemoryStore(ClaimNextFromBatch):
         self._workers: dict[str, tuple[frozenset[Served], float]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[Entry]] = {}
-        # run -> entry key -> the run's stored entries with that key (usually one)
-        self._by_key: dict[str, dict[str, list[Entry]]] = {}
+        # run -> entry key -> the run's stored entry with that key, or (rarely) the
+        # list of them (a list per key would cost memory for every entry held)
+        self._by_key: dict[str, dict[str, Entry | list[Entry]]] = {}
         self._messages: dict[str, list[Message]] = {}  # run -> its mailbox, seq order
         self._watchers: set[Callable[[], None]] = set()
 
@@ -386,15 +387,17 @@ class MemoryStore(ClaimNextFromBatch):
             # idempotency key is computed for those alone (rare: a retried
             # save, a re-executed step), never for a step's first entry.
             same_key = by_key.get(entry.key)
+            if isinstance(same_key, Entry):
+                same_key = [same_key]
             existing = None if same_key is None else _stored_twin(entry, same_key)
             if existing is None:
                 seq = len(journal) + 1
                 existing = entry if entry.seq == seq else entry.stored_as(seq)
                 journal.append(existing)
                 if same_key is None:
-                    by_key[entry.key] = [existing]
+                    by_key[entry.key] = existing
                 else:
-                    same_key.append(existing)
+                    by_key[entry.key] = [*same_key, existing]
             stored.append(existing)
         return stored
 
