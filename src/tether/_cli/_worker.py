@@ -19,6 +19,7 @@ also serves the schedules MODULE defines (``tether.schedule``; see
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -85,6 +86,12 @@ async def _serve(
                 park_after=park_after,
                 schedules=schedules,
             ) as worker:
+                # What is loaded by now lives as long as the process: out of the
+                # garbage collector's full collections, which would walk it again
+                # and again while the worker runs (the runs' objects are still
+                # collected as ever).
+                gc.collect()
+                gc.freeze()
                 print(
                     f"tether worker {engine.owner} serving {names} from {shown} "
                     f"(concurrency {concurrency})",

@@ -227,12 +227,13 @@ _UNRESOLVED: Any = object()
 class Signature:
     """A callable's parameter and return types, resolved lazily and cached."""
 
-    __slots__ = ("_fn", "_resolved", "_return")
+    __slots__ = ("_fn", "_positional", "_resolved", "_return")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._fn = fn
         self._resolved: tuple[inspect.Signature, dict[str, Any], Any] | None = None
         self._return: Any = _UNRESOLVED
+        self._positional: dict[int, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
 
     def _resolve(self) -> tuple[inspect.Signature, dict[str, Any], Any]:
         if self._resolved is None:
@@ -256,6 +257,27 @@ class Signature:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         return self._resolve()[0].bind(*args, **kwargs)
+
+    def positional(self, n: int) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+        """The types and the names of *n* positional arguments (cached per *n*).
+
+        Raises:
+            TypeError: the callable does not take *n* positional arguments
+                (what ``bind`` raises).
+        """
+        found = self._positional.get(n)
+        if found is None:
+            sig = self.bind((None,) * n, {}).signature
+            names: list[str] = []
+            for p in sig.parameters.values():
+                if len(names) >= n:
+                    break
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                    names.append(p.name)
+                elif p.kind is p.VAR_POSITIONAL:
+                    names.extend(f"*{p.name}[{i}]" for i in range(n - len(names)))
+            found = self._positional[n] = (typing.get_args(self.args_type(n)), tuple(names))
+        return found
 
     def args_type(self, n: int) -> Any:
         """The tuple type of *n* positional arguments, from the annotations."""

@@ -46,7 +46,6 @@ attempts call different nested steps is no divergence).
 from __future__ import annotations
 
 import inspect
-import typing
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -311,37 +310,26 @@ def decode_workflow_args(
         raise CheckpointCorruptError(
             f"run {run_id!r}: stored arguments are not a JSON array but {_kind_of(stored)}"
         )
-    started = f"run {run_id!r} was started with {len(stored)} argument(s) ({text:.200})"
+
+    def started() -> str:
+        return f"run {run_id!r} was started with {len(stored)} argument(s) ({text:.200})"
+
     try:
-        bound = signature.bind(tuple(stored), {})
+        types, names = signature.positional(len(stored))
     except TypeError as exc:
         params = ", ".join(inspect.signature(fn).parameters) or "none"
         raise NonDeterminismError(
-            f"{started}, which workflow {name} no longer takes: {exc} (its parameters now: "
+            f"{started()}, which workflow {name} no longer takes: {exc} (its parameters now: "
             f"{params}). {ADVICE}"
         ) from None
-    types = typing.get_args(signature.args_type(len(stored)))
-    names = _positional_names(bound.signature, len(stored))
     decoded = []
     for value, tp, param in zip(stored, types, names, strict=True):
         try:
             decoded.append(codec.structure(value, tp, what=f"parameter {param!r}"))
         except CodecError as exc:
             raise NonDeterminismError(
-                f"{started}: parameter {param!r} of workflow {name} is now {describe(tp)}, "
+                f"{started()}: parameter {param!r} of workflow {name} is now {describe(tp)}, "
                 f"and the run's stored argument, {_kind_of(value)}, does not decode as "
                 f"that. {ADVICE}"
             ) from exc
     return tuple(decoded)
-
-
-def _positional_names(sig: inspect.Signature, n: int) -> list[str]:
-    names: list[str] = []
-    for p in sig.parameters.values():
-        if len(names) >= n:
-            break
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            names.append(p.name)
-        elif p.kind is p.VAR_POSITIONAL:
-            names.extend(f"*{p.name}[{i}]" for i in range(n - len(names)))
-    return names

@@ -153,6 +153,8 @@ class Execution:
             try:
                 if self.created:
                     saver.start_numbering(0)
+                elif self.journal is not None:
+                    await self._claimed_journal(record.run_id)
                 else:
                     with trio.CancelScope() as self._lease_scope:
                         await self._load_journal(record.run_id)
@@ -204,6 +206,16 @@ class Execution:
             raise await self._lost_or_cancelled(record.run_id, self.lost)
         finally:
             self.active.discard(record.run_id)
+            self._unlink()
+
+    def _unlink(self) -> None:
+        """The execution has ended: cut the references that make the run's objects a
+        cycle (the saver's ``lose`` is this execution's, its nursery holds the task that
+        awaited it), so that they are freed at once, not left to the cyclic garbage
+        collector, whose collections cost a worker more the more runs it executes."""
+        saver = self.outcome.state.saver
+        saver.lose = None
+        saver.nursery = None
 
     def _hold(self) -> None:
         """Renew the run's lease from now on (the engine's lease task does)."""
@@ -257,13 +269,24 @@ class Execution:
 
     async def _load_journal(self, run_id: str) -> None:
         """Load the run's journal for replay (see :mod:`._replay`)."""
-        state = self.outcome.state
+        with StoreErrors(f"loading the journal of run {run_id!r}"):
+            entries = await self.outcome.store.load_entries(run_id)
+        self._use_journal(run_id, entries)
+
+    async def _claimed_journal(self, run_id: str) -> None:
+        """Replay from the journal the worker's claim read (see :mod:`._replay`).
+
+        Nothing to wait for: no scope for a lost lease, no schedule point (the
+        guard nursery's wait is the execution's); a cancelled caller stops here.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
         entries, self.journal = self.journal, None  # (not kept while the run is held)
-        if entries is None:
-            with StoreErrors(f"loading the journal of run {run_id!r}"):
-                entries = await self.outcome.store.load_entries(run_id)
-        else:
-            await trio.lowlevel.checkpoint()
+        assert entries is not None
+        self._use_journal(run_id, entries)
+
+    def _use_journal(self, run_id: str, entries: Sequence[Entry]) -> None:
+        """Replay from the run's journal *entries* (see :mod:`._replay`)."""
+        state = self.outcome.state
         state.saver.start_numbering(max((e.seq or 0 for e in entries), default=0))
         for entry in entries:  # in seq order: the last failed attempt of each step wins
             if entry.status is EntryStatus.FAILED and entry.kind is EntryKind.STEP:

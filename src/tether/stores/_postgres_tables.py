@@ -268,7 +268,6 @@ class Tables:
                     [d.store for _, d in decided],
                     claims=[attempt if d.claimed else None for _, d in decided],
                 )
-                self.notify(conn)
                 if any(d.claimed for _, d in decided):
                     expires = self._claim_owner(conn, owner, ttl)
                     claimed.extend(
@@ -455,7 +454,7 @@ class Tables:
         where: list[bytes] = []
         args: list[object] = []
         if selected.status is not None:
-            where.append(b"r.status = ANY(%s)")
+            where.append(b"r.status = ANY(%b::text[])")
             args.append(sorted(s.value for s in selected.status))
         if selected.workflow is not None:
             where.append(b"r.workflow = %s")
@@ -519,10 +518,11 @@ class Tables:
         self, conn: Any, records: Sequence[RunRecord], *, claims: Sequence[str | None]
     ) -> list[str]:
         """Write many run records (their rows locked by the caller) in one statement; each
-        with the batched claim that took it (*claims*, ``None``: none). Their texts."""
+        with the batched claim that took it (*claims*, ``None``: none). Their texts.
+        Notifies watchers (in the same statement)."""
         params = [_run_params(r) for r in records]
         columns = [list(c) for c in zip(*params, strict=True)]
-        conn.execute(self.sql.put_runs, (*columns, list(claims)))
+        conn.execute(self.sql.put_runs, (*columns, list(claims), self.channel))
         return [str(p[0]) for p in params]
 
     def read_run(self, conn: Any, run_id: str) -> RunRecord | None:

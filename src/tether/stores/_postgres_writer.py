@@ -269,7 +269,6 @@ class Writer:
             for run_id, text in zip(puts, texts, strict=True):
                 for job in stored_by[run_id]:
                     job.attempted.append(text)
-            self._tables.notify(conn)
         return results
 
     def _update(
