@@ -11,8 +11,6 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import trio
-
 import tether
 
 
@@ -50,13 +48,15 @@ async def test_runs_of_engine_run_leave_no_cyclic_garbage() -> None:
 
 async def test_runs_a_worker_executes_leave_no_cyclic_garbage() -> None:
     found: list[int] = []
-    async with tether.open_engine(tether.MemoryStore()) as engine:
-        async with tether.open_worker(engine, concurrency=4):
-            await engine.submit(job, 0, run_id="warm-up")
-            assert await engine.wait("warm-up") == 1
-            with collector_off(found):
-                for i in range(20):
-                    await engine.submit(job, i, run_id=f"r{i}")
-                for i in range(20):
-                    assert await engine.wait(f"r{i}") == i + 1
+    async with (
+        tether.open_engine(tether.MemoryStore()) as engine,
+        tether.open_worker(engine, concurrency=4),
+    ):
+        await engine.submit(job, 0, run_id="warm-up")
+        assert await engine.wait("warm-up") == 1
+        with collector_off(found):
+            for i in range(20):
+                await engine.submit(job, i, run_id=f"r{i}")
+            for i in range(20):
+                assert await engine.wait(f"r{i}") == i + 1
     assert found == [0]
