@@ -11,6 +11,9 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+import trio
+
 import tether
 
 
@@ -59,4 +62,37 @@ async def test_runs_a_worker_executes_leave_no_cyclic_garbage() -> None:
                 await engine.submit(job, i, run_id=f"r{i}")
             for i in range(20):
                 assert await engine.wait(f"r{i}") == i + 1
+    assert found == [0]
+
+
+@tether.workflow(name="garbage.slow")
+async def slow(i: int) -> int:
+    await noop(i)
+    await tether.sleep(1000)
+    return i
+
+
+async def test_runs_whose_lease_was_lost_leave_no_cyclic_garbage(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = tether.MemoryStore()
+
+    async def lose(engine: tether.Engine, run_id: str) -> None:
+        async def thief() -> None:
+            await trio.sleep(1)
+            record = await store.get_run(run_id)
+            assert record is not None
+            await store.claim(run_id, "thief:1:x", ttl=30, takeover=record.token)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(thief)
+            with pytest.raises(tether.LeaseLostError):
+                await engine.run(slow, 0, run_id=run_id)
+
+    found: list[int] = []
+    async with tether.open_engine(store, lease_ttl=30) as engine:
+        await lose(engine, "warm-up")
+        with collector_off(found):
+            for i in range(5):
+                await lose(engine, f"r{i}")
     assert found == [0]

@@ -75,6 +75,12 @@ async def _serve(
 ) -> int:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with open_engine(store, lease_ttl=lease_ttl) as engine:
+            # What is loaded by now lives as long as the process: out of the garbage
+            # collector's full collections, which would walk it again and again while
+            # the worker runs (the runs' objects, made from here on, are collected as
+            # ever). Before the worker claims any run.
+            gc.collect()
+            gc.freeze()
             keys = internals(engine).workflow_keys()  # name@version for the versioned ones
             names = ", ".join(sorted(n if v is None else f"{n}@{v}" for n, v in keys)) or "(none)"
             async with open_worker(
@@ -86,12 +92,6 @@ async def _serve(
                 park_after=park_after,
                 schedules=schedules,
             ) as worker:
-                # What is loaded by now lives as long as the process: out of the
-                # garbage collector's full collections, which would walk it again
-                # and again while the worker runs (the runs' objects are still
-                # collected as ever).
-                gc.collect()
-                gc.freeze()
                 print(
                     f"tether worker {engine.owner} serving {names} from {shown} "
                     f"(concurrency {concurrency})",

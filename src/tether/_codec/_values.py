@@ -259,7 +259,9 @@ class Signature:
         return self._resolve()[0].bind(*args, **kwargs)
 
     def positional(self, n: int) -> tuple[tuple[Any, ...], tuple[str, ...]]:
-        """The types and the names of *n* positional arguments (cached per *n*).
+        """The types and the names of *n* positional arguments (cached per *n*, unless the
+        callable takes ``*args``: a cache of every count it was called with could grow
+        without bound).
 
         Raises:
             TypeError: the callable does not take *n* positional arguments
@@ -269,14 +271,18 @@ class Signature:
         if found is None:
             sig = self.bind((None,) * n, {}).signature
             names: list[str] = []
+            variadic = False
             for p in sig.parameters.values():
                 if len(names) >= n:
                     break
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                     names.append(p.name)
                 elif p.kind is p.VAR_POSITIONAL:
+                    variadic = True
                     names.extend(f"*{p.name}[{i}]" for i in range(n - len(names)))
-            found = self._positional[n] = (typing.get_args(self.args_type(n)), tuple(names))
+            found = (typing.get_args(self.args_type(n)), tuple(names))
+            if not variadic:
+                self._positional[n] = found
         return found
 
     def args_type(self, n: int) -> Any:

@@ -211,11 +211,13 @@ class Execution:
     def _unlink(self) -> None:
         """The execution has ended: cut the references that make the run's objects a
         cycle (the saver's ``lose`` is this execution's, its nursery holds the task that
-        awaited it), so that they are freed at once, not left to the cyclic garbage
-        collector, whose collections cost a worker more the more runs it executes."""
+        awaited it; a lost lease's error, raised, holds this frame), so that they are
+        freed at once, not left to the cyclic garbage collector, whose collections cost a
+        worker more the more runs it executes."""
         saver = self.outcome.state.saver
         saver.lose = None
         saver.nursery = None
+        self.lost = None
 
     def _hold(self) -> None:
         """Renew the run's lease from now on (the engine's lease task does)."""

@@ -53,7 +53,7 @@ __all__ = ("Completed", "Launcher")
 @final
 @attrs.define(eq=False)
 class Launcher:
-    """Claims and executes runs for one engine (see the module docstring)."""
+    """Claims runs for one engine and returns their executions (see the module docstring)."""
 
     store: Store
     hooks: Hooks

@@ -388,7 +388,7 @@ class MemoryStore(ClaimNextFromBatch):
             # save, a re-executed step), never for a step's first entry.
             same_key = by_key.get(entry.key)
             if isinstance(same_key, Entry):
-                same_key = [same_key]
+                same_key = by_key[entry.key] = [same_key]
             existing = None if same_key is None else _stored_twin(entry, same_key)
             if existing is None:
                 seq = len(journal) + 1
@@ -397,7 +397,7 @@ class MemoryStore(ClaimNextFromBatch):
                 if same_key is None:
                     by_key[entry.key] = existing
                 else:
-                    by_key[entry.key] = [*same_key, existing]
+                    same_key.append(existing)
             stored.append(existing)
         return stored
 
