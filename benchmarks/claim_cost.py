@@ -319,7 +319,7 @@ class PostgresBackend(Backend):
                 names.append(name)
             return f"${names.index(name) + 1}".encode()
 
-        prepared = re.sub(rb"%(?:\(([a-z_]+)\))?s", number, statement)
+        prepared = re.sub(rb"%(?:\(([a-z_]+)\))?[sb]", number, statement)
         values = [params[n] for n in names] if isinstance(params, dict) else list(params)
         client = psycopg.ClientCursor(self.conn)
         with contextlib.suppress(_RolledBack), self.conn.transaction():
