@@ -242,8 +242,10 @@ class Execution:
     def _lease_stopped(self, caller_exc: BaseException | None, guard: trio.CancelScope) -> bool:
         """Whether the lost lease stopped the run: it cancelled the *guard* scope, whose
         cancellation ended the watcher's wait (*caller_exc*) or the nursery's. A caller
-        whose own scope is cancelled too gets its cancellation, as if no lease was lost."""
-        return self.lost is not None and (
+        whose own scope is cancelled too gets its cancellation, as if no lease was lost.
+        Not once this execution's outcome is stored: the write that stored it released
+        the lease, so a renewal answered meanwhile reports that release as a loss."""
+        return self.lost is not None and not self.outcome.released and (
             (
                 isinstance(caller_exc, trio.Cancelled)
                 and trio.current_effective_deadline() != -math.inf
