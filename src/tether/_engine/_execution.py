@@ -245,12 +245,16 @@ class Execution:
         whose own scope is cancelled too gets its cancellation, as if no lease was lost.
         Not once this execution's outcome is stored: the write that stored it released
         the lease, so a renewal answered meanwhile reports that release as a loss."""
-        return self.lost is not None and not self.outcome.released and (
-            (
-                isinstance(caller_exc, trio.Cancelled)
-                and trio.current_effective_deadline() != -math.inf
+        return (
+            self.lost is not None
+            and not self.outcome.released
+            and (
+                (
+                    isinstance(caller_exc, trio.Cancelled)
+                    and trio.current_effective_deadline() != -math.inf
+                )
+                or (caller_exc is None and guard.cancelled_caught)
             )
-            or (caller_exc is None and guard.cancelled_caught)
         )
 
     def _outcome_of_run(self) -> Any:
