@@ -19,6 +19,7 @@ import trio.testing
 
 import tether
 from tether._codec._values import codec, digest
+from tether._engine._engine import internals
 from tether.stores import (
     Entry,
     Renewal,
@@ -336,6 +337,38 @@ async def test_a_refused_save_stops_the_run_at_once(autojump_clock: trio.abc.Clo
         assert "was refused" in str(outcome.error)
         assert executed == ["quick(1)", "waiting(1)"]  # the third step never ran
         assert [e.key for e in await store.load_entries("r")] == ["quick#0"]
+
+
+@tether.workflow(name="tests.leases.one_quick")
+async def one_quick(x: int) -> int:
+    return await quick(x)
+
+
+async def test_an_outcome_stored_wins_over_a_renewal_that_saw_its_release(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The outcome's write landed, releasing the lease, and a renewal answered in the
+    # same moment, before the write's answer reached the run: the run is no longer
+    # this engine's, since its own write released it. That is not a lost lease: the
+    # run ends with the outcome it stored.
+    faulty = FaultyStore(tether.MemoryStore())
+
+    async def renewal_answers_now(call: Call) -> None:
+        (record,) = call.args
+        leases = internals(engine).leases
+        leases._lose(record.run_id, record.token, "another owner took it over")
+        assert record.run_id not in leases.held
+
+    faulty.inject(
+        "update_run",
+        Do(renewal_answers_now),
+        when=lambda record: record.status is RunStatus.COMPLETED,
+        after=True,
+    )
+    async with tether.open_engine(faulty, lease_ttl=3.0) as engine:
+        assert await engine.run(one_quick, 1, run_id="r") == 2
+    stored = await faulty.inner.get_run("r")
+    assert stored is not None and stored.status is RunStatus.COMPLETED
 
 
 async def test_no_renewal_for_lease_ttl_loses_the_lease_on_this_process_clock(

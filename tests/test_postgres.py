@@ -533,6 +533,31 @@ async def test_parallel_appends_are_group_committed(server: PostgresServer) -> N
         assert writes <= 10, f"100 appends took {writes} write transactions"
 
 
+async def test_appends_of_one_batch_of_tasks_commit_together_though_one_blocks_the_loop(
+    server: PostgresServer,
+) -> None:
+    # Tasks runnable together queue their appends in one batch of Trio's scheduling.
+    # One of them makes a blocking call first (a step writing a file, say): it
+    # releases the GIL, and a writer woken by the first append would take that
+    # append alone and commit it, while the others wait for its whole commit.
+    store = server.store()
+    async with opened(store):
+        for i in range(4):
+            await store.create_run(_record(f"b{i}"))
+        batches_before = len(store._batches)
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+
+                async def append(i: int = i) -> None:
+                    time.sleep(0.05)  # noqa: ASYNC251  the blocking call under test
+                    await store.append(f"b{i}", [_entry(f"b{i}", "s#0")])
+
+                nursery.start_soon(append)
+        assert list(store._batches)[batches_before:] == [4]
+        for i in range(4):
+            assert [e.key for e in await store.load_entries(f"b{i}")] == ["s#0"]
+
+
 async def test_a_bad_append_in_a_batch_fails_alone(server: PostgresServer) -> None:
     store = server.store()
     async with opened(store):

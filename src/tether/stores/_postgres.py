@@ -211,7 +211,7 @@ class PostgresStore(ClaimNextFromBatch):
 
     @property
     def _queue(self) -> queue.SimpleQueue[Job | None]:
-        return self._writer.queue
+        return self._writer.handoff.queue
 
     @property
     def _inflight(self) -> list[Job]:
