@@ -223,7 +223,16 @@ async def test_two_workers_start_exactly_one_run_per_tick(
                     assert await a.wait(run_id, timeout=3 * LEASE) == "two:1"
                 b_scope.cancel()
                 end.set()
-        assert await scheduled(a, s) == ten_minutes(s)
+        listed = await scheduled(a, s)
+        if listed != ten_minutes(s):
+            # Seen twice on PostgreSQL, in whole-suite runs only: every run waited for
+            # above, yet the listing by workflow missed some. Say what the store holds.
+            every = [(r.run_id, r.workflow, r.status.value) for r in await a.list_runs()]
+            read = [await a.get_run(run_id) for run_id in ten_minutes(s)]
+            pytest.fail(
+                f"list_runs(workflow=) listed {listed}; list_runs() listed {every}; "
+                f"get_run read {[(i.run_id, i.workflow, i.status.value) for i in read if i]}"
+            )
         assert [r.run_id for r in await a.list_runs()] == ten_minutes(s)  # nothing else
         for run_id in ten_minutes(s):
             info = await a.get_run(run_id)
