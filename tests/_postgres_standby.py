@@ -25,6 +25,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Final
 
@@ -38,6 +39,9 @@ from ._postgres import DATABASE, USER, PostgresServer, PostgresUnavailable
 #: The standby's ``application_name``, which the primary's ``synchronous_standby_names`` names.
 STANDBY_NAME: Final = "standby"
 
+#: How long replay must stay put, with nothing streaming in, to count as caught up.
+SETTLED: Final = 1.0
+
 
 @attrs.define(eq=False)
 class Pair:
@@ -45,6 +49,8 @@ class Pair:
 
     primary: PostgresServer
     standby: PostgresServer
+    #: The standby's replay position at the last :meth:`replayed`, and since when.
+    _replay: tuple[str, float] | None = attrs.field(default=None, init=False)
 
     def url(self, dbname: str = DATABASE) -> str:
         """Both servers in one libpq URL: a client connects to whichever takes writes."""
@@ -58,12 +64,28 @@ class Pair:
                 os.kill(pid, signal.SIGKILL)
 
     def replayed(self) -> bool:
-        """Whether the standby has applied all the WAL it received (its reads are up to date)."""
-        rows = self.standby.sql(
+        """Whether the standby has applied all the WAL records it received (its reads are up
+        to date).
+
+        Replay reaching the end of what was received says so at once. But a primary that
+        dies may have streamed the first part of a record and never the rest (its WAL
+        writer flushes whole pages, not whole records): replay then stops before the end of
+        what was received, for good. So once no WAL is streaming in, replay that stays put
+        for :data:`SETTLED` seconds of reads counts as caught up too.
+        """
+        caught_up, replay, streaming = self.standby.sql(
             "SELECT pg_last_wal_receive_lsn() IS NOT NULL "
-            "AND pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()"
-        )
-        return bool(rows[0][0])
+            "AND pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), "
+            "pg_last_wal_replay_lsn()::text, "
+            "EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')"
+        )[0]
+        if caught_up:
+            return True
+        now = time.monotonic()
+        if streaming or self._replay is None or self._replay[0] != replay:
+            self._replay = (replay, now)
+            return False
+        return now - self._replay[1] >= SETTLED
 
     def promote(self) -> None:
         """``pg_ctl promote`` on the standby; returns once it takes writes."""
