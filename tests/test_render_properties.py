@@ -33,7 +33,7 @@ import attrs
 import httpx
 import pytest
 import trio
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 
 import tether
@@ -141,12 +141,12 @@ def _command_line(spec: str, h: Hostile, tmp: Path) -> Shown:
     for run_id in h.ids:
         outputs = []
         for how in ([], ["--full"], ["--timeline", str(tmp / "t.svg")]):
-            done = cli("runs", "show", run_id, *how, "--store", spec)
+            done = cli("runs", "show", *how, "--store", spec, "--", run_id)  # ids may start "-"
             assert done.status == 0, done.err
             outputs.append(done.out + done.err)
         (tmp / "t.svg").read_text(encoding="utf-8")  # strict: valid UTF-8
         shown[run_id] = outputs
-        shown_json[run_id] = cli("runs", "show", run_id, "--json", "--store", spec).out
+        shown_json[run_id] = cli("runs", "show", "--json", "--store", spec, "--", run_id).out
     listed_json = cli("runs", "list", "--json", "--store", spec).out
     return Shown(listed.out, shown, listed_json, shown_json)
 
@@ -245,6 +245,7 @@ SETTINGS = settings(
 @pytest.mark.tether_stores("memory", "sqlite", "file")
 @settings(SETTINGS, max_examples=10)
 @given(h=hostile)
+@example(h=Hostile(run_id="-", arg="", result="", error="", message="", response=""))  # --p
 def test_any_stored_string_renders_safely_and_reads_back_exactly(
     tether_store_kind: str,
     tether_raw_store_factory: Callable[[], Store],
