@@ -36,7 +36,7 @@ from tether.stores import (
     first_gap,
     load_entry,
     load_run_record,
-    renewal,
+    renewal_of,
 )
 from tether.testing import check_store
 
@@ -119,12 +119,8 @@ class JsonDictStore:
             self.owners[owner] = time.time() + ttl  # every lease of the owner, at once
         else:
             self.owners.pop(owner, None)  # ttl=0: the owner's leases end now
-        mine = {}
-        for run_id in held:
-            run = self._run(run_id)
-            if run is not None and run.owner == owner:
-                mine[run_id] = (run.token, run.cancel_requested)
-        return renewal(mine, held)
+        runs = {run_id: run for run_id in held if (run := self._run(run_id)) is not None}
+        return renewal_of(owner, held, runs)
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
         await trio.lowlevel.checkpoint()

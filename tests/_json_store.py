@@ -3,7 +3,7 @@
 It is written as a third-party store would be: records as JSON text, and every
 lease rule taken from the helpers ``tether.stores`` gives store authors
 (``check_run_id``, ``decide_claim``, ``fenced_update``, ``check_append``,
-``decide_cancel``, ``renewal``, ``first_gap``, ``check_served``, ``dumps_served``), inside its
+``decide_cancel``, ``renewal_of``, ``first_gap``, ``check_served``, ``dumps_served``), inside its
 atomic steps (no await between a read and its write). Each broken store in the
 tests overrides one method to break one rule, and the conformance check for that
 rule must catch it.
@@ -43,7 +43,7 @@ from tether.stores import (
     first_gap,
     loads_record,
     loads_served,
-    renewal,
+    renewal_of,
 )
 
 
@@ -186,12 +186,8 @@ class JsonStore:
     async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
         await trio.lowlevel.checkpoint()
         self.leases[owner] = trio.current_time() + ttl
-        mine = {}
-        for run_id in held:
-            record = self.read(run_id)
-            if record is not None and record.owner == owner:
-                mine[run_id] = (record.token, record.cancel_requested)
-        return renewal(mine, held)
+        records = {run_id: record for run_id in held if (record := self.read(run_id))}
+        return renewal_of(owner, held, records)
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
         await trio.lowlevel.checkpoint()

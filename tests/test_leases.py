@@ -135,6 +135,14 @@ class EverlastingStore(JsonStore):
         return record
 
 
+class ReleaseBlindStore(JsonStore):
+    """Reports a run its holder's own write released as lost (no ``released`` read)."""
+
+    async def renew(self, owner: str, *, ttl: float, held: Mapping[str, int]) -> Renewal:
+        renewal = await super().renew(owner, ttl=ttl, held=held)
+        return Renewal(lost=renewal.lost | renewal.released, cancelled=renewal.cancelled)
+
+
 class EagerCancelStore(JsonStore):
     """Breaks cancel: marks a run cancelled at once although its owner still executes it."""
 
@@ -161,6 +169,7 @@ async def test_the_json_store_passes_every_check_with_its_hooks() -> None:
         (UnfencedStore, "fencing", "no LeaseLostError"),
         (SharedClaimStore, "claim_exclusive", "no RunConflictError"),
         (ResurrectingStore, "renewal", "renewal reported lost set()"),
+        (ReleaseBlindStore, "renewal_released", "released by its holder's own write"),
         (GapBlindStore, "journal_gap", "no CheckpointCorruptError"),
         (ChecksumBlindStore, "entry_checksum", "no CheckpointCorruptError"),
         (EagerCancelStore, "cancel", "cancel gave"),
@@ -369,6 +378,59 @@ async def test_an_outcome_stored_wins_over_a_renewal_that_saw_its_release(
         assert await engine.run(one_quick, 1, run_id="r") == 2
     stored = await faulty.inner.get_run("r")
     assert stored is not None and stored.status is RunStatus.COMPLETED
+
+
+async def test_a_renewal_answered_before_the_outcomes_write_does_not_cut_it_short(
+    tether_store: tether.stores.Store, autojump_clock: trio.abc.Clock
+) -> None:
+    # The outcome's write has landed (the lease released with the run's token) but its
+    # answer is still on its way when a renewal answers. The store reports the run
+    # released, not lost: the write's answer decides, and the run ends with its outcome.
+    # (Reported lost, the loss cut the write short: LeaseLostError, the outcome stored.)
+    faulty = FaultyStore(tether_store)
+    reported: list[tether.stores.Renewal] = []
+
+    async def renewal_answers_first(call: Call) -> None:
+        leases = internals(engine).leases
+        reported.append(await faulty.inner.renew(leases.owner, ttl=3.0, held={"r": 1}))
+        assert await leases._renew()  # the engine's renewal, through the store
+        await trio.sleep(0.5)  # the write's answer takes a while: the run waits for it
+
+    faulty.inject(
+        "update_run",
+        Do(renewal_answers_first),
+        when=lambda record: record.status is RunStatus.COMPLETED,
+        after=True,
+    )
+    async with tether.open_engine(faulty, lease_ttl=3.0) as engine:
+        assert await engine.run(one_quick, 1, run_id="r") == 2
+        stored = await faulty.inner.get_run("r")
+    assert reported == [tether.stores.Renewal(released=frozenset({"r"}))]
+    assert stored is not None and stored.status is RunStatus.COMPLETED
+
+
+async def test_a_run_released_with_its_token_while_no_write_is_in_flight_is_lost(
+    tether_store: tether.stores.Store, autojump_clock: trio.abc.Clock
+) -> None:
+    # Released with the execution's token but by no write of its own (here: a cancel
+    # recorded after its lease lapsed): the run stops at once, as for any lost lease.
+    async with tether.open_engine(tether_store, lease_ttl=3.0) as engine:
+        leases = internals(engine).leases
+
+        async def cancel_behind_its_back() -> None:
+            await waiters.acquire()  # flow waits in its second step
+            record = await tether_store.get_run("r")
+            assert record is not None
+            await tether_store.update_run(
+                attrs.evolve(record, status=RunStatus.CANCELLED, owner=None)
+            )
+            assert await leases._renew()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_behind_its_back)
+            with pytest.raises(tether.RunCancelledError, match="was cancelled"):
+                await engine.run(flow, 1, run_id="r")
+        assert executed == ["quick(1)", "waiting(1)"]  # it stopped in the wait
 
 
 async def test_no_renewal_for_lease_ttl_loses_the_lease_on_this_process_clock(

@@ -226,7 +226,11 @@ class Execution:
         if state.parent is not None:  # a child run (tether.child): see Saver.outer
             state.saver.outer = state.parent.saver
         self.outcome.leases.hold(
-            record.run_id, record.token, lost=lose, cancelled=state.request_cancel
+            record.run_id,
+            record.token,
+            lost=lose,
+            cancelled=state.request_cancel,
+            released=self._released,
         )
 
     def _release(self, ending: BaseException | None) -> None:
@@ -274,6 +278,16 @@ class Execution:
             self.lost = exc
             if self._lease_scope is not None:
                 self._lease_scope.cancel()
+
+    def _released(self, exc: LeaseLostError) -> None:
+        """A renewal found the run released with this execution's token. While a status
+        write is in flight, that write did it (the renewal's answer came before the
+        write's) or, if a cancel was recorded after the lease lapsed, the write's fence
+        refuses it: either way the write's answer, on its way, decides, and cutting it
+        short would end a run whose outcome is stored with a :class:`LeaseLostError`.
+        Otherwise the lease is lost (*exc*)."""
+        if not self.outcome.writing:
+            self._lose(exc)
 
     async def _load_journal(self, run_id: str) -> None:
         """Load the run's journal for replay (see :mod:`._replay`)."""

@@ -75,6 +75,7 @@ class Outcome:
     record: RunRecord  # the run as claimed by this execution
     original: RunRecord  # as stored before this execution (restored by an undo)
     released: bool = False  # a status write stored the outcome and released the lease
+    writing: bool = False  # a status write is in flight (see Execution._released)
     result_text: str | None = None  # the encoded result
     error: Exception | None = None  # what the workflow raised, or the outcome to raise
 
@@ -274,8 +275,12 @@ class Outcome:
         ``cancelled`` (a cancel was recorded meanwhile) makes the run's
         outcome :class:`RunCancelledError`.
         """
-        with StoreErrors(what):
-            stored = await self.state.saver.shielded(what, self.store.update_run, record)
+        self.writing = True
+        try:
+            with StoreErrors(what):
+                stored = await self.state.saver.shielded(what, self.store.update_run, record)
+        finally:
+            self.writing = False
         self.released = True
         if (
             stored is not None

@@ -58,6 +58,7 @@ class _Held:
     token: int
     lost: Callable[[LeaseLostError], None]
     cancelled: Callable[[], None]
+    released: Callable[[LeaseLostError], None]
 
 
 class Leases:
@@ -146,9 +147,16 @@ class Leases:
         *,
         lost: Callable[[LeaseLostError], None],
         cancelled: Callable[[], None],
+        released: Callable[[LeaseLostError], None] | None = None,
     ) -> None:
-        """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens."""
-        self.held[run_id] = _Held(token, lost, cancelled)
+        """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens.
+
+        A renewal that finds the run released with this very token (``Renewal.released``:
+        by a status write of the execution's own, whose answer may still be on its way;
+        or by a cancel recorded after the lease lapsed) calls *released* instead of
+        *lost*, with the error a loss would raise; the execution tells the two apart.
+        """
+        self.held[run_id] = _Held(token, lost, cancelled, released or lost)
         if self._idle:
             self._wake.set()  # it waits with no deadline: renewals start now
 
@@ -359,6 +367,13 @@ class Leases:
                 self._confirmed = max(self._confirmed, sent)
                 for run_id in renewal.lost:
                     self._lose(run_id, held[run_id], "another owner took it over")
+                for run_id in renewal.released:
+                    self._lose(
+                        run_id,
+                        held[run_id],
+                        "the store holds it released with this token",
+                        released=True,
+                    )
                 for run_id in renewal.cancelled:
                     h = self.held.get(run_id)
                     if h is not None and h.token == held[run_id]:
@@ -371,12 +386,12 @@ class Leases:
             log.warning("tether: renewing the leases of %s failed: %r", self.owner, exc)
         return False
 
-    def _lose(self, run_id: str, token: int, why: str) -> None:
+    def _lose(self, run_id: str, token: int, why: str, *, released: bool = False) -> None:
         h = self.held.get(run_id)
         if h is None or h.token != token:
             return
         del self.held[run_id]
-        h.lost(
+        (h.released if released else h.lost)(
             LeaseLostError(
                 f"run {run_id!r}: this engine ({self.owner}) lost the run's lease "
                 f"(token {token}): {why}. The run was stopped; nothing more was written."

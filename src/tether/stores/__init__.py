@@ -21,6 +21,7 @@ from ._leases import decide_cancel as decide_cancel
 from ._leases import decide_claim as decide_claim
 from ._leases import fenced_update as fenced_update
 from ._leases import renewal as renewal
+from ._leases import renewal_of as renewal_of
 from ._mailbox import FINISHED as FINISHED
 from ._mailbox import MAILBOX_METHODS as MAILBOX_METHODS
 from ._mailbox import MESSAGE_FORMAT as MESSAGE_FORMAT
@@ -172,6 +173,7 @@ __all__ = (
     "mailbox_of",
     "message_gap",
     "renewal",
+    "renewal_of",
     "serves",
     "stranded",
     "utcnow",

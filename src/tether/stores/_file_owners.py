@@ -27,7 +27,7 @@ import attrs
 from .._errors import CheckpointCorruptError, RunConflictError
 from ._file_disk import OWNERS, WORKERS, replace_small, time_of
 from ._file_runs import FileRuns
-from ._leases import decide_cancel, decide_claim, renewal
+from ._leases import decide_cancel, decide_claim, renewal_of
 from ._owners import Renewal, Served, WorkerAd, served_from_json, served_to_json
 from ._queue import Claimed, claimed_from, decide_batch, dispatchable
 from ._records import RunRecord
@@ -68,12 +68,12 @@ class FileOwners(FileRuns):
             self._write_owner(owner, time.time() + ttl)
         else:
             (self._root / OWNERS / f"{owner}.json").unlink(missing_ok=True)
-        mine: dict[str, tuple[int, bool]] = {}
-        for run_id in held:
-            record = self._unless_deleted(run_id, partial(self._read_held, run_id), None)
-            if record is not None and record.owner == owner:
-                mine[run_id] = (record.token, record.cancel_requested)
-        return renewal(mine, held)
+        records = {
+            run_id: record
+            for run_id in held
+            if (record := self._unless_deleted(run_id, partial(self._read_held, run_id), None))
+        }
+        return renewal_of(owner, held, records)
 
     def _read_held(self, run_id: str) -> RunRecord | None:
         folder = self._run_dir(run_id)

@@ -51,6 +51,7 @@ __all__ = (
     "decide_claim",
     "fenced_update",
     "renewal",
+    "renewal_of",
 )
 
 #: 1 to 200 characters, none of them ``/`` or a control character.
@@ -335,22 +336,47 @@ def decide_cancel(
     return cancelled_record(current, now or utcnow())
 
 
-def renewal(mine: Mapping[str, tuple[int, bool]], held: Mapping[str, int]) -> Renewal:
+def renewal(
+    mine: Mapping[str, tuple[int, bool]],
+    held: Mapping[str, int],
+    released: Mapping[str, int] | None = None,
+) -> Renewal:
     """What a renewal reports.
 
     *mine* maps the runs the store says the owner holds (read in the same
     step) to their ``(token, cancel_requested)``; *held* is what the owner
-    believes it holds.
+    believes it holds; *released* maps held runs that no owner holds to their
+    stored token (read in the same step; only the held runs missing from
+    *mine* need looking up: as a rule none, so no second read). A held run
+    released with its held token is reported released, any other one missing
+    from *mine* lost; ``None``: none looked up, every one missing is lost.
     """
     lost: set[str] = set()
     cancelled: set[str] = set()
+    let_go: set[str] = set()
     for run_id, token in held.items():
         stored = mine.get(run_id)
-        if stored is None or stored[0] != token:
+        if stored is None and released is not None and released.get(run_id) == token:
+            let_go.add(run_id)
+        elif stored is None or stored[0] != token:
             lost.add(run_id)
         elif stored[1]:
             cancelled.add(run_id)
-    return Renewal(lost=frozenset(lost), cancelled=frozenset(cancelled))
+    return Renewal(lost=frozenset(lost), cancelled=frozenset(cancelled), released=frozenset(let_go))
+
+
+def renewal_of(owner: str, held: Mapping[str, int], records: Mapping[str, RunRecord]) -> Renewal:
+    """What a renewal reports, for a store that reads the held runs' records:
+    :func:`renewal` of what *records* (the held runs found, read in the same step,
+    by run id) say. Run ids of *held* missing from *records* are not stored."""
+    mine: dict[str, tuple[int, bool]] = {}
+    released: dict[str, int] = {}
+    for run_id, record in records.items():
+        if record.owner == owner:
+            mine[run_id] = (record.token, record.cancel_requested)
+        elif record.owner is None:
+            released[run_id] = record.token
+    return renewal(mine, held, released)
 
 
 def check_delete(current: RunRecord | None, *, run_id: str) -> bool:

@@ -22,7 +22,7 @@ from ._leases import (
     decide_cancel,
     decide_claim,
     fenced_update,
-    renewal,
+    renewal_of,
 )
 from ._mailbox import Message, check_after, check_send, decide_send
 from ._owners import Renewal, Served, WorkerAd
@@ -247,12 +247,9 @@ class MemoryStore(ClaimNextFromBatch):
             self._leases[owner] = self._clock() + ttl
         else:
             self._leases.pop(owner, None)
-        mine = {
-            r: (run.token, run.cancel_requested)
-            for r in held
-            if (run := self._runs.get(r)) is not None and run.owner == owner
-        }
-        return renewal(mine, held)
+        return renewal_of(
+            owner, held, {r: run for r in held if (run := self._runs.get(r)) is not None}
+        )
 
     async def cancel_run(self, run_id: str, *, takeover: int | None = None) -> RunRecord:
         check_run_id(run_id)

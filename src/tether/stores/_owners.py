@@ -41,6 +41,11 @@ class Renewal:
     lost: frozenset[str] = frozenset()
     #: held runs with a recorded cancel (``engine.cancel`` from anywhere)
     cancelled: frozenset[str] = frozenset()
+    #: held runs that no owner holds any more, still with the held token: released by
+    #: a write of the holder's own (its outcome, a parking, a release), or cancelled
+    #: after its lease lapsed. Not in :attr:`lost`. (A store that does not report
+    #: these reports them as lost, which is safe: the engine then stops the run.)
+    released: frozenset[str] = frozenset()
 
 
 #: A workflow as workers serve it: ``(name, version)``, the version ``None`` when unversioned.

@@ -199,6 +199,10 @@ _TEXT: Final = {
     "set_owner": _SET_OWNER,
     "drop_owner": "DELETE FROM {s}.owners WHERE owner = %s",
     "owned": "SELECT run_id, token, cancel FROM {s}.runs WHERE owner = %s",
+    # Held runs that no owner holds (a renewal's second read, only when some
+    # held run is not the owner's any more): released, or lost.
+    "released": "SELECT run_id, token FROM {s}.runs WHERE run_id = ANY(%b::text[]) "
+    "AND owner IS NULL",
     # A batched claim's lease: extended to now + ttl only when less than
     # ttl / 2 is left, so that claims between renewals do not rewrite the
     # owner's row (a hot row: dead tuples while a long transaction holds
@@ -368,6 +372,7 @@ class Statements:
         self.put_runs = q["put_runs"]
         self.drop_owner = q["drop_owner"]
         self.owned = q["owned"]
+        self.released = q["released"]
         self.notify = q["notify"]
         self.drop_workers = q["drop_workers"]
         self.advertise = q["advertise"]

@@ -302,7 +302,10 @@ class Tables:
             else:
                 conn.execute(self.sql.drop_owner, (owner,))
             rows = conn.execute(self.sql.owned, (owner,)).fetchall()
-        return renewal({r: (t, bool(c)) for r, t, c in rows}, held)
+            mine = {r: (t, bool(c)) for r, t, c in rows}
+            missing = [run_id for run_id in held if run_id not in mine]
+            released = conn.execute(self.sql.released, (missing,)).fetchall() if missing else []
+        return renewal(mine, held, dict(released))
 
     def cancel_run(self, conn: Any, run_id: str, takeover: int | None) -> RunRecord:
         """Record a cancel, unless one is recorded; notifies watchers."""

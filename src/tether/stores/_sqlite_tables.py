@@ -19,6 +19,7 @@ this as the SQL logic, which knows nothing of threads or of Trio.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -175,7 +176,18 @@ class Tables:
         rows = conn.execute(
             "SELECT run_id, token, cancel FROM runs WHERE owner = ?", (owner,)
         ).fetchall()
-        return renewal({r: (t, bool(c)) for r, t, c in rows}, held)
+        mine = {r: (t, bool(c)) for r, t, c in rows}
+        missing = [run_id for run_id in held if run_id not in mine]
+        released = (
+            conn.execute(
+                "SELECT run_id, token FROM runs WHERE owner IS NULL "
+                "AND run_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(missing),),
+            ).fetchall()
+            if missing
+            else []
+        )
+        return renewal(mine, held, dict(released))
 
     def cancel_run(self, conn: sqlite3.Connection, run_id: str, takeover: int | None) -> RunRecord:
         current = self.select_run(conn, run_id)

@@ -205,6 +205,27 @@ async def check_renewal(ctx: Ctx) -> None:
         assert rx is not None and rx.lease_expires_at is None, "renew(ttl=0) left A's lease live"
 
 
+async def check_renewal_released(ctx: Ctx) -> None:
+    """A held run whose outcome was stored with the held token (releasing the lease) is
+    reported released, not lost: the engine then lets that write's answer decide. Taken
+    over afterwards, it is lost."""
+    async with Opened(await ctx.make()) as store:
+        held = await _claimed(store, ctx, "rr", A, SHORT)
+        done = attrs.evolve(held, status=RunStatus.COMPLETED, result="1", owner=None)
+        await store.update_run(done)
+        renewal = await store.renew(A, ttl=LONG, held={"rr": held.token})
+        assert renewal.released == frozenset({"rr"}) and not renewal.lost, (
+            f"a run released by its holder's own write was reported {renewal!r}"
+        )
+        again = await _claimed(store, ctx, "rs", A, SHORT)
+        await store.update_run(attrs.evolve(again, status=RunStatus.WAITING, owner=None))
+        await store.claim("rs", B, ttl=LONG)  # released, then taken by another owner
+        renewal = await store.renew(A, ttl=LONG, held={"rs": again.token})
+        assert renewal.lost == frozenset({"rs"}) and not renewal.released, (
+            f"a run taken over after its release was reported {renewal!r}"
+        )
+
+
 async def check_cancel(ctx: Ctx) -> None:
     """cancel_run: a live owner's run gets cancel_requested (and its failed or paused
     outcome is stored as cancelled); others become cancelled at once; no claim
@@ -293,6 +314,7 @@ LEASE_CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "claim_after_expiry": check_claim_after_expiry,
     "fencing": check_fencing,
     "renewal": check_renewal,
+    "renewal_released": check_renewal_released,
     "cancel": check_cancel,
     "journal_gap": check_journal_gap,
     "entry_checksum": check_entry_checksum,
