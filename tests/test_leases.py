@@ -353,48 +353,32 @@ async def one_quick(x: int) -> int:
     return await quick(x)
 
 
+@pytest.mark.parametrize("renewal", ["released", "lost as the write answers"])
 async def test_an_outcome_stored_wins_over_a_renewal_that_saw_its_release(
-    autojump_clock: trio.abc.Clock,
+    tether_store: tether.stores.Store, autojump_clock: trio.abc.Clock, renewal: str
 ) -> None:
-    # The outcome's write landed, releasing the lease, and a renewal answered in the
-    # same moment, before the write's answer reached the run: the run is no longer
-    # this engine's, since its own write released it. That is not a lost lease: the
-    # run ends with the outcome it stored.
-    faulty = FaultyStore(tether.MemoryStore())
-
-    async def renewal_answers_now(call: Call) -> None:
-        (record,) = call.args
-        leases = internals(engine).leases
-        leases._lose(record.run_id, record.token, "another owner took it over")
-        assert record.run_id not in leases.held
-
-    faulty.inject(
-        "update_run",
-        Do(renewal_answers_now),
-        when=lambda record: record.status is RunStatus.COMPLETED,
-        after=True,
-    )
-    async with tether.open_engine(faulty, lease_ttl=3.0) as engine:
-        assert await engine.run(one_quick, 1, run_id="r") == 2
-    stored = await faulty.inner.get_run("r")
-    assert stored is not None and stored.status is RunStatus.COMPLETED
-
-
-async def test_a_renewal_answered_before_the_outcomes_write_does_not_cut_it_short(
-    tether_store: tether.stores.Store, autojump_clock: trio.abc.Clock
-) -> None:
-    # The outcome's write has landed (the lease released with the run's token) but its
-    # answer is still on its way when a renewal answers. The store reports the run
-    # released, not lost: the write's answer decides, and the run ends with its outcome.
-    # (Reported lost, the loss cut the write short: LeaseLostError, the outcome stored.)
+    # The outcome's write has landed, releasing the lease with the run's token, and a
+    # renewal answers before the write's answer reaches the run. The run is no longer
+    # this engine's, since its own write released it. That is not a lost lease: the run
+    # ends with the outcome it stored.
+    # - "released": the store reports the run released (Renewal.released), and the
+    #   write's answer takes a while: the run waits for it, not cut short (reported
+    #   lost, the loss cut the write short: LeaseLostError, the outcome stored);
+    # - "lost as the write answers": a store that reports it lost (no Renewal.released),
+    #   in the same moment as the write's answer: the stored outcome wins too.
     faulty = FaultyStore(tether_store)
-    reported: list[tether.stores.Renewal] = []
 
     async def renewal_answers_first(call: Call) -> None:
+        (record,) = call.args
         leases = internals(engine).leases
-        reported.append(await faulty.inner.renew(leases.owner, ttl=3.0, held={"r": 1}))
-        assert await leases._renew()  # the engine's renewal, through the store
-        await trio.sleep(0.5)  # the write's answer takes a while: the run waits for it
+        if renewal == "released":
+            answer = await faulty.inner.renew(leases.owner, ttl=3.0, held={"r": record.token})
+            assert answer == tether.stores.Renewal(released=frozenset({"r"}))
+            assert await leases._renew()  # the engine's renewal, through the store
+            await trio.sleep(0.5)
+        else:
+            leases._lose(record.run_id, record.token, "another owner took it over")
+        assert record.run_id not in leases.held
 
     faulty.inject(
         "update_run",
@@ -405,7 +389,6 @@ async def test_a_renewal_answered_before_the_outcomes_write_does_not_cut_it_shor
     async with tether.open_engine(faulty, lease_ttl=3.0) as engine:
         assert await engine.run(one_quick, 1, run_id="r") == 2
         stored = await faulty.inner.get_run("r")
-    assert reported == [tether.stores.Renewal(released=frozenset({"r"}))]
     assert stored is not None and stored.status is RunStatus.COMPLETED
 
 
