@@ -131,7 +131,7 @@ async def record_cancel(store: Store, leases: Leases, active: Set[str], run_id: 
             stored = await store.cancel_run(run_id, takeover=takeover)
         held = leases.held.get(run_id)
         if held is not None and stored.cancel_requested and stored.token == held.token:
-            held.cancelled()
+            held.holder.cancel_recorded()
 
     await cancel_one(run_id)
     await cancel_children(store, run_id, cancel_one)

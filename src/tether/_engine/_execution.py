@@ -222,16 +222,10 @@ class Execution:
     def _hold(self) -> None:
         """Renew the run's lease from now on (the engine's lease task does)."""
         state, record = self.outcome.state, self.outcome.record
-        state.saver.lose = lose = self._lose  # (one bound method for both)
+        state.saver.lose = self.lease_lost
         if state.parent is not None:  # a child run (tether.child): see Saver.outer
             state.saver.outer = state.parent.saver
-        self.outcome.leases.hold(
-            record.run_id,
-            record.token,
-            lost=lose,
-            cancelled=state.request_cancel,
-            released=self._released,
-        )
+        self.outcome.leases.hold(record.run_id, record.token, self)
 
     def _release(self, ending: BaseException | None) -> None:
         """The execution ends with *ending* (``None``: with a value, or a lost lease): stop
@@ -271,7 +265,7 @@ class Execution:
                 self.outcome.error = None
         return self.value
 
-    def _lose(self, exc: LeaseLostError) -> None:
+    def lease_lost(self, exc: LeaseLostError) -> None:
         """The lease is gone: stop like a caller cancellation (the watcher cuts saves
         short and nothing more is written); ``engine.run`` raises *exc*."""
         if self.lost is None and not self.outcome.released:
@@ -279,7 +273,7 @@ class Execution:
             if self._lease_scope is not None:
                 self._lease_scope.cancel()
 
-    def _released(self, exc: LeaseLostError) -> None:
+    def lease_released(self, exc: LeaseLostError) -> None:
         """A renewal found the run released with this execution's token. While a status
         write is in flight, that write did it (the renewal's answer came before the
         write's) or, if a cancel was recorded after the lease lapsed, the write's fence
@@ -287,7 +281,11 @@ class Execution:
         short would end a run whose outcome is stored with a :class:`LeaseLostError`.
         Otherwise the lease is lost (*exc*)."""
         if not self.outcome.writing:
-            self._lose(exc)
+            self.lease_lost(exc)
+
+    def cancel_recorded(self) -> None:
+        """A cancel was recorded for the run: stop it (framework-owned, saves drain)."""
+        self.outcome.state.request_cancel()
 
     async def _load_journal(self, run_id: str) -> None:
         """Load the run's journal for replay (see :mod:`._replay`)."""

@@ -75,7 +75,7 @@ class Outcome:
     record: RunRecord  # the run as claimed by this execution
     original: RunRecord  # as stored before this execution (restored by an undo)
     released: bool = False  # a status write stored the outcome and released the lease
-    writing: bool = False  # a status write is in flight (see Execution._released)
+    writing: bool = False  # a status write is in flight (see Execution.lease_released)
     result_text: str | None = None  # the encoded result
     error: Exception | None = None  # what the workflow raised, or the outcome to raise
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import cast
+from typing import Protocol, cast
 
 import attrs
 import trio
@@ -53,12 +53,25 @@ log = logging.getLogger("tether")
 _LOST_RELEASE_HORIZON = 300.0
 
 
+class Holder(Protocol):
+    """What executes a held run, told what happens to its lease (an execution)."""
+
+    def lease_lost(self, exc: LeaseLostError) -> None:
+        """The lease is lost (*exc* says how): stop at once."""
+
+    def lease_released(self, exc: LeaseLostError) -> None:
+        """A renewal found the run released with the held token (``Renewal.released``:
+        by a status write of the holder's own, whose answer may still be on its way, or
+        by a cancel recorded after the lease lapsed); *exc* is what a loss raises."""
+
+    def cancel_recorded(self) -> None:
+        """A cancel was recorded for the run (``engine.cancel``, from anywhere)."""
+
+
 @attrs.define(eq=False)
 class _Held:
     token: int
-    lost: Callable[[LeaseLostError], None]
-    cancelled: Callable[[], None]
-    released: Callable[[LeaseLostError], None]
+    holder: Holder  # (not three bound methods: a worker holds thousands of runs)
 
 
 class Leases:
@@ -140,23 +153,9 @@ class Leases:
             self._releases.pop(run_id, None)  # superseded by this claim
         return record
 
-    def hold(
-        self,
-        run_id: str,
-        token: int,
-        *,
-        lost: Callable[[LeaseLostError], None],
-        cancelled: Callable[[], None],
-        released: Callable[[LeaseLostError], None] | None = None,
-    ) -> None:
-        """Renew *run_id*'s lease from now on; call *lost* or *cancelled* when that happens.
-
-        A renewal that finds the run released with this very token (``Renewal.released``:
-        by a status write of the execution's own, whose answer may still be on its way;
-        or by a cancel recorded after the lease lapsed) calls *released* instead of
-        *lost*, with the error a loss would raise; the execution tells the two apart.
-        """
-        self.held[run_id] = _Held(token, lost, cancelled, released or lost)
+    def hold(self, run_id: str, token: int, holder: Holder) -> None:
+        """Renew *run_id*'s lease from now on, and tell *holder* what happens to it."""
+        self.held[run_id] = _Held(token, holder)
         if self._idle:
             self._wake.set()  # it waits with no deadline: renewals start now
 
@@ -377,7 +376,7 @@ class Leases:
                 for run_id in renewal.cancelled:
                     h = self.held.get(run_id)
                     if h is not None and h.token == held[run_id]:
-                        h.cancelled()
+                        h.holder.cancel_recorded()
                 return True
             # Cut short at the leases' expiry (the store hung, or this process was
             # paused in the call): lost now, in this same step, not a loop later.
@@ -391,7 +390,7 @@ class Leases:
         if h is None or h.token != token:
             return
         del self.held[run_id]
-        (h.released if released else h.lost)(
+        (h.holder.lease_released if released else h.holder.lease_lost)(
             LeaseLostError(
                 f"run {run_id!r}: this engine ({self.owner}) lost the run's lease "
                 f"(token {token}): {why}. The run was stopped; nothing more was written."
