@@ -123,20 +123,33 @@ def test_a_bad_variable_exits_2_naming_it() -> None:
 
 
 def test_percentiles_are_nearest_rank_over_the_last_30_seconds() -> None:
-    meter = adapter.Meter()
-    assert meter.percentiles(100.0) == (0.0, 0.0, 0.0)
-    meter.latencies.extend((50.0, 1000.0) for _ in range(5))  # 50 s before: out of the window
-    meter.latencies.extend((90.0, float(ms)) for ms in range(100, 0, -1))  # 1..100 ms
-    assert meter.percentiles(100.0) == (50.0, 95.0, 99.0)
-    assert len(meter.latencies) == 100  # the old ones dropped
-    meter.latencies.append((99.0, 7.0))
-    assert meter.percentiles(125.0) == (7.0, 7.0, 7.0)  # 90 s is out of the window now
+    pickups = adapter.Pickups()
+    assert pickups.percentiles(100.0, 0.5) == (0.0,)
+    for _ in range(5):
+        pickups.add(50.5, 1000.0)  # 50 s before: out of the window
+    for ms in range(100, 0, -1):  # 1..100 ms
+        pickups.add(90.5, float(ms))
+    assert pickups.percentiles(100.0, 0.5, 0.95, 0.99, 1.0) == (50.0, 95.0, 99.0, 100.0)
+    assert [s for s, _ in pickups.seconds] == [90]  # the old second dropped
+    pickups.add(99.2, 7.25)
+    assert pickups.percentiles(121.0, 0.5) == (7.25,)  # 90 s is out of the window now
 
 
-def test_the_pickup_ring_is_bounded() -> None:
-    meter = adapter.Meter()
-    meter.latencies.extend((1.0, 1.0) for _ in range(adapter.LATENCY_RING + 10))
-    assert len(meter.latencies) == adapter.LATENCY_RING
+@pytest.mark.parametrize("ms", [0.0, 0.0004, 0.0123, 1.0, 3.14159, 271.828, 86_400_000.0])
+def test_a_latency_comes_back_to_three_significant_figures(ms: float) -> None:
+    pickups = adapter.Pickups()
+    pickups.add(1.0, ms)
+    (back,) = pickups.percentiles(1.0, 0.5)
+    assert back == pytest.approx(ms, rel=1e-3, abs=adapter.SMALLEST_MS)
+
+
+def test_memory_is_bounded_by_the_window_and_the_bins_not_the_rate() -> None:
+    pickups = adapter.Pickups()
+    for i in range(200_000):  # 2,000 pickups a second for 100 s
+        pickups.add(i / 2_000, 1 + i % 50)
+    pickups.percentiles(100.0, 0.5)
+    assert len(pickups.seconds) <= adapter.LATENCY_WINDOW + 1
+    assert all(len(histogram) <= 50 for _, histogram in pickups.seconds)
 
 
 def test_timestamps_are_written_as_the_contract_does() -> None:

@@ -16,7 +16,8 @@ tether's side of that contract (see ``README.md`` beside it):
 - **out** (stdout, JSON lines): one ``descriptor`` record at startup, then at
   every wall-clock multiple of ``SAMPLE_EVERY_S`` one record per metric:
   ``claim_p50_ms``, ``claim_p95_ms``, ``claim_p99_ms`` (from submit to the
-  workflow's start, over the last 30 s), ``enqueue_rate``,
+  workflow's start, over the last 30 s, to three significant figures, from
+  histograms of bounded memory), ``enqueue_rate``,
   ``completion_rate`` (per second since the last sample) and ``queue_depth``
   (runs ``queued`` now); logs go to stderr;
 - **SIGTERM** (or SIGINT): stop producing and consuming, and exit 0.
@@ -60,9 +61,10 @@ SCHEMA: Final = "tether"  #: the schema ``tether worker --store postgresql://...
 EVENT_TABLES: Final = tuple(
     f"{SCHEMA}.{t}" for t in ("runs", "entries", "owners", "workers", "messages")
 )
-LATENCY_WINDOW: Final = 30.0  #: seconds of pickup latencies each percentile covers
-#: pickup latencies kept at most (the newest): memory stays bounded at any rate
-LATENCY_RING: Final = 65_536
+LATENCY_WINDOW: Final = 30  #: seconds of pickup latencies each percentile covers
+#: a latency bin's width, relative: bins of three significant figures
+BIN_RATIO: Final = 1.001
+SMALLEST_MS: Final = 0.001  #: latencies below it share the first bin
 SUBMITTING: Final = 64  #: a fixed producer's submits in flight at most (the rest wait)
 RETRY_SUBMIT: Final = 0.2  #: seconds before a failed submit is tried again
 DEPTH_EVERY: Final = 0.2  #: seconds between reads of the queue's depth
@@ -132,34 +134,72 @@ class Settings:
 
 
 @attrs.define
+class Pickups:
+    """Pickup latencies of the last :data:`LATENCY_WINDOW` seconds, as histograms.
+
+    One histogram per second of the monotonic clock, of bins :data:`BIN_RATIO`
+    wide (three significant figures, as an HDR histogram keeps them): memory
+    is bounded by the window and the bins in use, not by the rate, and a
+    percentile merges at most a window of histograms instead of sorting every
+    latency.
+    """
+
+    #: (second, {bin: count}), oldest first
+    seconds: collections.deque[tuple[int, collections.Counter[int]]] = attrs.field(
+        factory=collections.deque
+    )
+
+    def add(self, at: float, ms: float) -> None:
+        """A pickup of *ms* milliseconds at monotonic time *at* (in order of *at*)."""
+        second = math.floor(at)
+        if not self.seconds or self.seconds[-1][0] != second:
+            self.seconds.append((second, collections.Counter()))
+        self.seconds[-1][1][_bin(ms)] += 1
+
+    def percentiles(self, now: float, *qs: float) -> tuple[float, ...]:
+        """The nearest-rank percentiles *qs* (fractions) of the pickups of the last
+        :data:`LATENCY_WINDOW` seconds before monotonic *now*, to three significant
+        figures; zeros when there were none."""
+        while self.seconds and self.seconds[0][0] < math.floor(now) - LATENCY_WINDOW:
+            self.seconds.popleft()
+        merged: collections.Counter[int] = collections.Counter()
+        for _, histogram in self.seconds:
+            merged.update(histogram)
+        total = merged.total()
+        if not total:
+            return tuple(0.0 for _ in qs)
+        bins = sorted(merged.items())
+        found = []
+        for q in qs:
+            rank, seen = max(1, math.ceil(q * total)), 0
+            for b, count in bins:
+                seen += count
+                if seen >= rank:
+                    found.append(_ms(b))
+                    break
+        return tuple(found)
+
+
+def _bin(ms: float) -> int:
+    return 0 if ms <= SMALLEST_MS else round(math.log(ms / SMALLEST_MS, BIN_RATIO))
+
+
+def _ms(b: int) -> float:
+    return float(f"{SMALLEST_MS * BIN_RATIO**b:.3g}")
+
+
+@attrs.define
 class Meter:
-    """What the samples report: counters, and the newest pickup latencies."""
+    """What the samples report: counters, and the pickup latencies."""
 
     enqueued: int = 0
     completed: int = 0
     queue_depth: int = 0
-    #: (time.monotonic() at pickup, latency in ms), oldest first
-    latencies: collections.deque[tuple[float, float]] = attrs.field(
-        factory=lambda: collections.deque(maxlen=LATENCY_RING)
-    )
+    pickups: Pickups = attrs.field(factory=Pickups)
 
     def picked(self, enqueued_at: float) -> None:
         """A job submitted at wall-clock *enqueued_at* has started."""
-        self.latencies.append((time.monotonic(), max(0.0, (time.time() - enqueued_at) * 1000)))
-
-    def percentiles(self, now: float) -> tuple[float, float, float]:
-        """p50, p95 and p99 (nearest rank) of the latencies of the last
-        :data:`LATENCY_WINDOW` seconds before monotonic *now*; zeros when none."""
-        while self.latencies and self.latencies[0][0] < now - LATENCY_WINDOW:
-            self.latencies.popleft()
-        ordered = sorted(ms for _, ms in self.latencies)
-        if not ordered:
-            return 0.0, 0.0, 0.0
-
-        def rank(q: float) -> float:
-            return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-        return rank(0.50), rank(0.95), rank(0.99)
+        self.pickups.add(time.monotonic(), max(0.0, (time.time() - enqueued_at) * 1000))
 
     async def on_run_end(self, event: tether.HookEvent) -> None:
         """The engine's hook: a run's outcome is stored (a completion, unless it failed)."""
@@ -308,7 +348,7 @@ async def sample(settings: Settings, out: Callable[[Mapping[str, Any]], None]) -
         await trio.sleep(max(0.0, tick - time.time()))
         now = time.monotonic()
         elapsed = max(now - last[0], 1e-3)
-        p50, p95, p99 = METER.percentiles(now)
+        p50, p95, p99 = METER.pickups.percentiles(now, 0.50, 0.95, 0.99)
         metrics = (
             ("claim_p50_ms", p50, LATENCY_WINDOW),
             ("claim_p95_ms", p95, LATENCY_WINDOW),
