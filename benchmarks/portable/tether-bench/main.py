@@ -308,17 +308,19 @@ async def submit(engine: tether.Engine, settings: Settings, run_id: str, payload
         return
 
 
-async def produce(engine: tether.Engine, settings: Settings) -> None:
-    """Submit jobs as ``PRODUCER_MODE`` says, each in a task of its own."""
+async def produce(engine: tether.Engine, settings: Settings, depth: Depth) -> None:
+    """Submit jobs as ``PRODUCER_MODE`` says, each in a task of its own; the depth-target
+    mode reads the queue's depth on *depth* (and keeps :attr:`Meter.queue_depth`)."""
     payload = "x" * settings.payload_bytes
     boot = uuid.uuid4().hex[:8]  # a restarted adapter's run ids are new ones
     ids = (f"{boot}-{i}" for i in itertools.count())
     if settings.producer_mode == "depth-target":
         # Each round reads the depth, submits what is missing and waits for those
         # submits, so that the next read counts them: the depth never overshoots.
-        depth = Depth(settings.database_url)
         while True:
             queued = await read_depth(depth)
+            if queued is not None:
+                METER.queue_depth = queued
             missing = 0 if queued is None else settings.target_depth - queued
             async with trio.open_nursery() as nursery:
                 for _ in range(missing):
@@ -397,8 +399,9 @@ async def serve(settings: Settings, out: Callable[[Mapping[str, Any]], None]) ->
                 async with tether.open_worker(
                     engine, concurrency=settings.worker_count, grace=0, workflows=[job]
                 ):
-                    nursery.start_soon(follow_depth, depth)
-                    nursery.start_soon(produce, engine, settings)
+                    if settings.producer_mode == "fixed":  # (depth-target reads it anyway)
+                        nursery.start_soon(follow_depth, depth)
+                    nursery.start_soon(produce, engine, settings, depth)
                     nursery.start_soon(sample, settings, out)
                     async for signum in signals:
                         log.info("%s: stopping", signal.Signals(signum).name)
