@@ -60,6 +60,7 @@ from ._errors import MessageRejectedError as MessageRejectedError
 from ._errors import NonDeterminismError as NonDeterminismError
 from ._errors import NotInRunError as NotInRunError
 from ._errors import Paused as Paused
+from ._errors import QueueFullError as QueueFullError
 from ._errors import Request as Request
 from ._errors import RunCancelledError as RunCancelledError
 from ._errors import RunConflictError as RunConflictError
@@ -83,6 +84,8 @@ from ._worker._worker import open_worker as open_worker
 from .stores import FileStore as FileStore
 from .stores import MemoryStore as MemoryStore
 from .stores import PostgresStore as PostgresStore
+from .stores import Queue as Queue
+from .stores import Rate as Rate
 from .stores import RunStatus as RunStatus
 from .stores import SQLiteStore as SQLiteStore
 
@@ -111,6 +114,9 @@ __all__ = (
     "Paused",
     "Request",
     "Retry",
+    "Queue",
+    "QueueFullError",
+    "Rate",
     "RunCancelledError",
     "RunConflictError",
     "RunEvent",

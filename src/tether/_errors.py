@@ -32,6 +32,7 @@ __all__ = (
     "MessageRejectedError",
     "NonDeterminismError",
     "NotInRunError",
+    "QueueFullError",
     "RunCancelledError",
     "RunConflictError",
     "RunFailedError",
@@ -265,6 +266,25 @@ class RunConflictError(TetherError):
         super().__init__(message)
         self.owner = owner
         self.expires_at = expires_at
+
+
+class QueueFullError(TetherError):
+    """``engine.submit`` refused a run: its queue holds ``max_queued`` runs waiting to start.
+
+    Checked in the submit's own atomic step: nothing was stored. Submit again
+    once workers have taken some.
+
+    Attributes:
+        queue: the queue's name.
+        depth: how many of its runs were waiting to start.
+        max_queued: the queue's limit.
+    """
+
+    def __init__(self, message: str, *, queue: str, depth: int, max_queued: int) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.depth = depth
+        self.max_queued = max_queued
 
 
 class LeaseLostError(TetherError):

@@ -12,48 +12,147 @@ starts a task; the engine's methods check their arguments and call these.
 from __future__ import annotations
 
 from collections.abc import Set
-from typing import Any, Final
+from datetime import datetime, timedelta
+from typing import Any, Final, cast
+
+import attrs
 
 from .._api._children import cancel_children
 from .._api._workflow import Workflow
 from .._core._changes import Changes
 from .._core._owners import owner_is_gone
 from .._core._store_calls import StoreErrors
-from .._errors import ErrorInfo, Paused, RunConflictError, RunFailedError, RunNotFoundError
+from .._errors import (
+    ErrorInfo,
+    Paused,
+    RunConflictError,
+    RunFailedError,
+    RunNotFoundError,
+    UsageError,
+)
+from ..stores._capabilities import Capability, has
+from ..stores._flow import MAX_DEBOUNCE, Queue, Submission
 from ..stores._leases import version_conflict
-from ..stores._records import RunRecord, RunStatus, utcnow
-from ..stores._store import Store
+from ..stores._records import DEFAULT_QUEUE, RunRecord, RunStatus
+from ..stores._run_ids import check_identifier
+from ..stores._store import QueueingStore, Store
 from ._info import Defined, check_not_cancelled, decode_result, pending_requests
 from ._ownership import Leases
 
-__all__ = ("record_cancel", "submit_run", "wait_for_run")
+__all__ = ("Placement", "check_placement", "record_cancel", "submit_run", "wait_for_run")
 
 #: engine.wait reads a waiting run again after this long at first, doubling to _MAX_POLL.
 _FIRST_POLL: Final = 0.01
 _MAX_POLL: Final = 1.0
 
 
-async def submit_run(
-    store: Store, changes: Changes, wf: Workflow[..., Any], run_id: str, args_text: str
-) -> str:
-    """Store the run *run_id* of *wf* as ``queued``, or find it stored with these arguments.
+@attrs.frozen
+class Placement:
+    """Where ``engine.submit`` puts a run: its queue and the flow-control options, checked."""
 
+    queue: Queue | None = None
+    key: str | None = None
+    dedupe: str | None = None
+    debounce: float | None = None
+    not_before: datetime | None = None
+
+    @property
+    def needs_rules(self) -> bool:
+        """Whether only a store that keeps queues' rules at submit can store it."""
+        limited = self.queue is not None and self.queue.max_queued is not None
+        return self.dedupe is not None or limited
+
+
+def check_placement(
+    queue: object, key: object, dedupe: object, debounce: object, not_before: object
+) -> Placement:
+    """``engine.submit``'s flow-control arguments, checked.
+
+    Raises:
+        UsageError: *queue* not a :class:`tether.Queue`; a *key* or *dedupe*
+            id that breaks the rule of names; *debounce* without *dedupe*, with
+            *not_before*, or not positive seconds; *not_before* not a
+            timezone-aware datetime.
+    """
+    if queue is not None and not isinstance(queue, Queue):
+        raise UsageError(f"queue= takes a tether.Queue or None, not {queue!r:.100}")
+    if key is not None:
+        check_identifier(key, "key")
+    if dedupe is not None:
+        check_identifier(dedupe, "dedupe id")
+    if debounce is not None:
+        if dedupe is None:
+            raise UsageError("debounce= needs dedupe=: it debounces the submits of one dedupe id")
+        if not_before is not None:
+            raise UsageError("debounce= and not_before= both set the start: give one of them")
+        if (
+            isinstance(debounce, bool)
+            or not isinstance(debounce, int | float)
+            or not 0 < debounce <= MAX_DEBOUNCE
+        ):
+            raise UsageError(
+                f"debounce= must be positive seconds, at most {MAX_DEBOUNCE:.0f}, not "
+                f"{debounce!r:.100}"
+            )
+    if not_before is not None and not (
+        isinstance(not_before, datetime) and not_before.utcoffset() is not None
+    ):
+        raise UsageError(f"not_before= must be a timezone-aware datetime, not {not_before!r:.100}")
+    return Placement(queue, key, dedupe, debounce, not_before)  # type: ignore[arg-type]
+
+
+async def submit_run(
+    store: Store,
+    changes: Changes,
+    wf: Workflow[..., Any],
+    run_id: str,
+    args_text: str,
+    placement: Placement,
+    now: datetime,
+) -> str:
+    """Store the run *run_id* of *wf* for a worker, and return its id, or the id of the
+    run that holds its dedupe id; or find it stored with these arguments.
+
+    The run is ``queued``; or ``waiting`` until its start (*placement*'s
+    ``not_before``, or *now* + ``debounce``), claimed by workers once due.
     What :meth:`Engine.submit <tether.Engine.submit>` does once its arguments
     are checked and encoded (*args_text*); see there for cancellation and errors.
     """
-    now = utcnow()
+    start = None
+    if placement.debounce is not None:
+        start = now + timedelta(seconds=placement.debounce)
+    elif placement.not_before is not None and placement.not_before > now:
+        start = placement.not_before
     record = RunRecord(
         run_id=run_id,
         workflow=wf.name,
         version=wf.version,
         args=args_text,
-        status=RunStatus.QUEUED,
+        status=RunStatus.QUEUED if start is None else RunStatus.WAITING,
+        wake_at=start,
         created_at=now,
         updated_at=now,
+        queue=DEFAULT_QUEUE if placement.queue is None else placement.queue.name,
+        key=placement.key,
+        dedupe=placement.dedupe,
     )
+    queueing = has(store, Capability.QUEUES)
+    if placement.needs_rules and not queueing:
+        raise UsageError(
+            f"{store!r} does not keep queues' rules at submit (submit_run): it cannot "
+            "take a dedupe id or a queue with max_queued"
+        )
     with StoreErrors(f"submitting run {run_id!r}"):
         try:
-            await store.create_run(record)
+            if queueing:
+                submission = Submission(
+                    record,
+                    max_queued=None if placement.queue is None else placement.queue.max_queued,
+                    debounce=placement.debounce is not None,
+                )
+                run_id = await cast(QueueingStore, store).submit_run(submission)
+            else:
+                await store.create_run(record)
         except RunConflictError:
             existing = await store.get_run(run_id)
             if existing is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, final
 
 import trio
@@ -41,11 +42,12 @@ from .._core._owners import engine_closed, engine_opened, new_owner
 from .._core._store_calls import StoreErrors
 from .._errors import UsageError
 from ..stores._capabilities import Capability, has
+from ..stores._flow import Queue
 from ..stores._owners import Served, WorkerAd
 from ..stores._records import Entry, RunRecord, RunStatus
 from ..stores._store import Store
 from ._catalog import Catalog
-from ._control import record_cancel, submit_run, wait_for_run
+from ._control import check_placement, record_cancel, submit_run, wait_for_run
 from ._info import RunInfo, list_infos, read_info
 from ._inputs import (
     check_engine_options,
@@ -310,8 +312,18 @@ class Engine:
         await respond(self._store, run_id, responses, find=self._catalog.find, now=self._clock.now)
         self._changes.notify()  # a worker of this engine claims it at once
 
-    async def submit(self, wf: Workflow[P, R], *args: Any, run_id: str | None = None) -> str:
-        """Store a run of ``wf(*args)`` as ``queued`` for a worker, and return its id at once.
+    async def submit(
+        self,
+        wf: Workflow[P, R],
+        *args: Any,
+        run_id: str | None = None,
+        queue: Queue | None = None,
+        key: str | None = None,
+        dedupe: str | None = None,
+        debounce: float | None = None,
+        not_before: datetime | None = None,
+    ) -> str:
+        """Store a run of ``wf(*args)`` for a worker, and return its id at once.
 
         Nothing executes here: a worker (:func:`tether.open_worker`, in any
         process sharing the store) claims and executes it; ``engine.run`` or
@@ -320,22 +332,46 @@ class Engine:
         returns it and changes nothing, whatever the run's status (an
         idempotent start), so a retried submit never starts a second run.
 
+        The run is ``queued`` in *queue* (:class:`tether.Queue`; ``None``: the
+        unlimited default queue), with *key* (kept with the run, listed), or:
+
+        - *not_before* (timezone-aware, later than now): ``waiting`` until
+          then; workers claim it once it is due;
+        - *dedupe*: while a run of *queue* submitted with this id is
+          unfinished, return its id and store nothing (a new run once it
+          finished); checked in the submit's own atomic step, so concurrent
+          submits from any process make one run;
+        - *debounce* seconds (with *dedupe*): ``waiting`` until now +
+          *debounce*; a submit while the dedupe id's run has not started
+          replaces its arguments and moves its start to now + *debounce*:
+          the last submit wins;
+        - a queue with ``max_queued``: a submit that finds that many of its
+          runs waiting to start raises :class:`~tether.QueueFullError`.
+
         A checkpoint. A cancelled submit may or may not have stored the run;
         submitting again is safe.
 
         Raises:
-            UsageError: *wf* is not a workflow, or the arguments do not fit it.
-            RunConflictError: the id exists with another workflow or other arguments.
+            UsageError: *wf* is not a workflow, the arguments do not fit it,
+                a flow-control argument is invalid, or the store does not
+                keep queues' rules and *dedupe* or ``max_queued`` is given.
+            QueueFullError: the queue is at ``max_queued``; nothing was stored.
+            RunConflictError: the id exists with another workflow or other
+                arguments; or a debounced submit names another workflow than
+                its dedupe id's run.
             CodecError: an argument cannot be encoded.
             StoreError: the store failed.
         """
         check_workflow(wf, "engine.submit()")
         check_run_id(run_id)
+        placement = check_placement(queue, key, dedupe, debounce, not_before)
         self._check_open()
         args_text, _ = encode_args(wf, args)
         self._catalog.define(wf)
         run_id = run_id or uuid.uuid4().hex
-        return await submit_run(self._store, self._changes, wf, run_id, args_text)
+        return await submit_run(
+            self._store, self._changes, wf, run_id, args_text, placement, self._clock.now()
+        )
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> Any:
         """Wait, from any process, until the run finishes or pauses; return its result.

@@ -11,6 +11,15 @@ from ._capabilities import capabilities_of as capabilities_of
 from ._capabilities import has as has
 from ._capabilities import mailbox_of as mailbox_of
 from ._file import FileStore as FileStore
+from ._flow import DEFAULT_QUEUE as DEFAULT_QUEUE
+from ._flow import Queue as Queue
+from ._flow import Rate as Rate
+from ._flow import Submission as Submission
+from ._flow import SubmitDecision as SubmitDecision
+from ._flow import check_submission as check_submission
+from ._flow import decide_submit as decide_submit
+from ._flow import live_dedupe as live_dedupe
+from ._flow import pending as pending
 from ._from_url import from_url as from_url
 from ._leases import ClaimDecision as ClaimDecision
 from ._leases import check_append as check_append
@@ -82,11 +91,13 @@ from ._sqlite import SQLiteStore as SQLiteStore
 from ._store import ADVERTISE_METHODS as ADVERTISE_METHODS
 from ._store import BATCH_METHODS as BATCH_METHODS
 from ._store import DELETE_METHODS as DELETE_METHODS
+from ._store import QUEUE_METHODS as QUEUE_METHODS
 from ._store import STORE_METHODS as STORE_METHODS
 from ._store import WORKER_METHODS as WORKER_METHODS
 from ._store import AdvertisingStore as AdvertisingStore
 from ._store import BatchClaimingStore as BatchClaimingStore
 from ._store import DeletableStore as DeletableStore
+from ._store import QueueingStore as QueueingStore
 from ._store import Store as Store
 from ._store import WatchableStore as WatchableStore
 from ._store import WorkerStore as WorkerStore
@@ -99,12 +110,14 @@ __all__ = (
     "ADVERTISE_METHODS",
     "BATCH_METHODS",
     "DEAD_LETTER_ERROR",
+    "DEFAULT_QUEUE",
     "DELETE_METHODS",
     "FINISHED",
     "FORMAT_VERSION",
     "MAILBOX_METHODS",
     "MAX_RUN_ID_BYTES",
     "MESSAGE_FORMAT",
+    "QUEUE_METHODS",
     "RESPOND_METHODS",
     "SCHEMA_VERSION",
     "STORE_METHODS",
@@ -122,6 +135,9 @@ __all__ = (
     "ErrorInfo",
     "FileStore",
     "MailboxStore",
+    "Queue",
+    "QueueingStore",
+    "Rate",
     "RespondingStore",
     "MemoryStore",
     "Message",
@@ -131,6 +147,8 @@ __all__ = (
     "RunFilter",
     "RunRecord",
     "RunStatus",
+    "SubmitDecision",
+    "Submission",
     "SQLiteStore",
     "Served",
     "Store",
@@ -147,6 +165,7 @@ __all__ = (
     "check_owner",
     "check_run_filter",
     "check_respond",
+    "check_submission",
     "check_run_id",
     "check_send",
     "check_served",
@@ -156,9 +175,12 @@ __all__ = (
     "decide_batch",
     "decide_dispatch",
     "decide_respond",
+    "decide_submit",
     "decide_send",
     "dispatchable",
     "due",
+    "live_dedupe",
+    "pending",
     "dumps_record",
     "dumps_served",
     "entry_checksum",

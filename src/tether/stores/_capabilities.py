@@ -6,7 +6,7 @@ Layer: stores. The :class:`~._store.Store` protocol is what every store has;
 the rest is optional, in groups of methods: serving workers (``claim_next``),
 claiming many runs at once (``claim_batch``),
 advertising workers, deleting runs, keeping messages, watching for changes,
-taking responses for the workers.
+taking responses for the workers, keeping queues' rules at submit.
 A store has a capability when it has all of its methods; a store may instead
 *declare* what it has, with a ``capabilities`` attribute (a set of
 :class:`Capability`), and a store that wraps another (``FaultyStore``, a
@@ -25,7 +25,13 @@ from typing import Final, cast
 
 from ._mailbox import MAILBOX_METHODS, MailboxStore
 from ._respond import RESPOND_METHODS, RespondingStore
-from ._store import ADVERTISE_METHODS, BATCH_METHODS, DELETE_METHODS, WORKER_METHODS
+from ._store import (
+    ADVERTISE_METHODS,
+    BATCH_METHODS,
+    DELETE_METHODS,
+    QUEUE_METHODS,
+    WORKER_METHODS,
+)
 
 __all__ = ("Capability", "METHODS", "capabilities_of", "has", "mailbox_of", "responder_of")
 
@@ -40,6 +46,7 @@ class Capability(enum.StrEnum):
     MESSAGES = "messages"  #: ``send_message``, ``load_messages``: ``engine.send``, ``receive``
     WATCH = "watch"  #: ``watch``: the store notifies changes (``LISTEN``/``NOTIFY``)
     RESPOND = "respond"  #: ``respond``: ``engine.respond`` (responses queued for the workers)
+    QUEUES = "queues"  #: ``submit_run``: dedupe ids, debounce and ``max_queued`` at submit
 
 
 #: The methods of each capability.
@@ -52,6 +59,7 @@ METHODS: Final[Mapping[Capability, tuple[str, ...]]] = MappingProxyType(
         Capability.MESSAGES: MAILBOX_METHODS,
         Capability.WATCH: ("watch",),
         Capability.RESPOND: RESPOND_METHODS,
+        Capability.QUEUES: QUEUE_METHODS,
     }
 )
 

@@ -13,6 +13,7 @@ import attrs
 import trio
 
 from .._errors import RunConflictError, RunNotFoundError
+from ._flow import Submission, check_submission, decide_submit, live_dedupe, pending
 from ._leases import (
     check_append,
     check_delete,
@@ -95,9 +96,36 @@ class MemoryStore(ClaimNextFromBatch):
         await trio.lowlevel.checkpoint()
         if record.run_id in self._runs:
             raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
+        self._create(record)
+
+    def _create(self, record: RunRecord) -> None:
         self._set(record)
         self._journals[record.run_id] = []
         self._by_key[record.run_id] = {}
+
+    async def submit_run(self, submission: Submission) -> str:
+        submission = check_submission(submission)
+        record = submission.record
+        check_run_id(record.run_id)
+        await trio.lowlevel.checkpoint()
+        # A scan, as list_runs: what an in-memory store affords.
+        live = None
+        if record.dedupe is not None:
+            live = next(
+                (r for r in self._runs.values() if live_dedupe(r, record.queue, record.dedupe)),
+                None,
+            )
+        depth = None
+        if submission.max_queued is not None:
+            depth = sum(1 for r in self._runs.values() if r.queue == record.queue and pending(r))
+        decision = decide_submit(submission, live=live, depth=depth)
+        if decision.replace is not None:
+            self._set(decision.replace)
+        elif decision.create is not None:
+            if record.run_id in self._runs:
+                raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
+            self._create(decision.create)
+        return decision.run_id
 
     async def update_run(self, record: RunRecord) -> RunRecord:
         check_run_id(record.run_id)

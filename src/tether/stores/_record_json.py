@@ -47,8 +47,9 @@ __all__ = (
 #: version 3 the ``dispatches`` count of run records; version 4 their workflow
 #: ``version``; version 5 their ``wake_at``; version 6 the ``traceback`` and
 #: ``members`` of stored errors (of run records and entries, written only
-#: when there are some). Records and entries of older versions stay readable.
-FORMAT_VERSION = 6
+#: when there are some); version 7 the ``queue``, ``key`` and ``dedupe`` of run
+#: records. Records and entries of older versions stay readable.
+FORMAT_VERSION = 7
 
 
 # The fields of each format version, exactly: ``from_json`` refuses a missing or unknown one.
@@ -89,6 +90,7 @@ RUN_FIELDS_BY_VERSION: Final = {
     4: _RUN_FIELDS_V4,
     5: (*_RUN_FIELDS_V4, "wake_at"),
     6: (*_RUN_FIELDS_V4, "wake_at"),  # the same fields; errors may hold more
+    7: (*_RUN_FIELDS_V4, "wake_at", "queue", "key", "dedupe"),
 }
 
 

@@ -43,6 +43,7 @@ from ._record_json import (
 )
 
 __all__ = (
+    "DEFAULT_QUEUE",
     "Entry",
     "EntryKind",
     "EntryStatus",
@@ -55,6 +56,11 @@ __all__ = (
     "request_to_json",
     "utcnow",
 )
+
+
+#: The queue of every run submitted without ``queue=`` (unlimited), and of every
+#: run stored before format version 7.
+DEFAULT_QUEUE: Final = "default"
 
 
 def utcnow() -> datetime:
@@ -392,6 +398,15 @@ class RunRecord:
     #: then on; ``None`` for every other status, and for a waiting run that
     #: waits for messages only (a send makes it due)
     wake_at: datetime | None = None
+    #: the queue the run was submitted to (:class:`tether.Queue`'s name;
+    #: ``"default"`` for a run submitted without one, and every run stored
+    #: before format version 7)
+    queue: str = DEFAULT_QUEUE
+    #: the key it was submitted with in its queue (``engine.submit(key=)``), or ``None``
+    key: str | None = None
+    #: its dedupe id (``engine.submit(dedupe=)``): while the run is unfinished,
+    #: a submit to its queue with the same id gives this run; ``None``: none
+    dedupe: str | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -415,6 +430,9 @@ class RunRecord:
             "dispatches": self.dispatches,
             "version": self.version,
             "wake_at": None if self.wake_at is None else self.wake_at.isoformat(),
+            "queue": self.queue,
+            "key": self.key,
+            "dedupe": self.dedupe,
             "format_version": FORMAT_VERSION,
         }
 
@@ -468,6 +486,9 @@ class RunRecord:
             dispatches=dispatches,
             version=workflow_version,
             wake_at=wake_at,
+            queue=str_field(d, "queue", "run record") if "queue" in d else DEFAULT_QUEUE,
+            key=opt_str(d, "key", "run record") if "key" in d else None,
+            dedupe=opt_str(d, "dedupe", "run record") if "dedupe" in d else None,
             format_version=version,
         )
 

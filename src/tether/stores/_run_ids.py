@@ -23,7 +23,7 @@ from typing import Final
 
 from .._errors import UsageError
 
-__all__ = ("MAX_RUN_ID_BYTES", "RUN_ID_RULE", "check_run_id", "shown_run_id")
+__all__ = ("MAX_RUN_ID_BYTES", "RUN_ID_RULE", "check_identifier", "check_run_id", "shown_run_id")
 
 #: The longest run id, in UTF-8 bytes (a FileStore folder name may take 255).
 MAX_RUN_ID_BYTES: Final = 200
@@ -56,23 +56,35 @@ def check_run_id(run_id: object) -> str:
             in UTF-8, holding a lone surrogate, or holding NUL; the message
             names the id (escaped, cut) and the rule.
     """
-    if not isinstance(run_id, str):
+    return check_identifier(run_id, "run id")
+
+
+def check_identifier(value: object, what: str) -> str:
+    """*value*, if it keeps the rule of run ids (see the module doc); else raise,
+    calling it *what*: the one rule of the names a caller gives a store to keep
+    and match exactly (run ids, queue names, keys, dedupe ids).
+
+    Raises:
+        UsageError: as :func:`check_run_id`, naming *what*.
+    """
+    rule = RUN_ID_RULE if what == "run id" else RUN_ID_RULE.replace("a run id", f"a {what}", 1)
+    if not isinstance(value, str):
         raise UsageError(
-            f"run id {run_id!r:.100} is a {type(run_id).__qualname__}, not a str: {RUN_ID_RULE}"
+            f"{what} {value!r:.100} is a {type(value).__qualname__}, not a str: {rule}"
         )
-    if run_id.isascii():
-        size = len(run_id)
+    if value.isascii():
+        size = len(value)
     else:
         try:
-            size = len(run_id.encode("utf-8"))
+            size = len(value.encode("utf-8"))
         except UnicodeEncodeError:
             raise UsageError(
-                f"run id {shown_run_id(run_id)} holds a lone surrogate, which no store can "
-                f"keep: {RUN_ID_RULE}"
+                f"{what} {shown_run_id(value)} holds a lone surrogate, which no store can "
+                f"keep: {rule}"
             ) from None
     if not 0 < size <= MAX_RUN_ID_BYTES:
-        what = "is empty" if not size else f"is {size} UTF-8 bytes long"
-        raise UsageError(f"run id {shown_run_id(run_id)} {what}: {RUN_ID_RULE}")
-    if "\x00" in run_id:
-        raise UsageError(f"run id {shown_run_id(run_id)} holds a NUL character: {RUN_ID_RULE}")
-    return run_id
+        length = "is empty" if not size else f"is {size} UTF-8 bytes long"
+        raise UsageError(f"{what} {shown_run_id(value)} {length}: {rule}")
+    if "\x00" in value:
+        raise UsageError(f"{what} {shown_run_id(value)} holds a NUL character: {rule}")
+    return value

@@ -20,11 +20,14 @@ from ._owners import Renewal, Served, WorkerAd
 if TYPE_CHECKING:
     # Annotations only (nothing evaluates them at run time: runtime_checkable
     # checks method names): the records' module re-exports these protocols.
+    from ._flow import Submission
     from ._queue import Claimed
     from ._records import Entry, RunRecord, RunStatus
 
 __all__ = (
     "ADVERTISE_METHODS",
+    "QUEUE_METHODS",
+    "QueueingStore",
     "AdvertisingStore",
     "BATCH_METHODS",
     "BatchClaimingStore",
@@ -313,6 +316,42 @@ class BatchClaimingStore(Protocol):
 
 #: Methods of :class:`BatchClaimingStore`.
 BATCH_METHODS: Final = ("claim_batch",)
+
+
+@runtime_checkable
+class QueueingStore(Protocol):
+    """A store that keeps queues' rules at submit (optional; the built-in stores do).
+
+    ``engine.submit`` with a dedupe id, ``debounce`` or a queue with
+    ``max_queued`` needs it; a plain submit of a store without it is its
+    ``create_run``.
+    """
+
+    async def submit_run(self, submission: Submission) -> str:
+        """Keep *submission* (checked by :func:`check_submission
+        <tether.stores.check_submission>`) in one atomic step; return the id of
+        the run that holds it.
+
+        In that step, read the oldest unfinished run of the submission's queue
+        with its dedupe id (:func:`live_dedupe <tether.stores.live_dedupe>`;
+        none without a dedupe id) and, when the submission has a
+        ``max_queued``, the queue's depth (:func:`pending
+        <tether.stores.pending>` runs); decide with :func:`decide_submit
+        <tether.stores.decide_submit>`, and write what it says: insert its
+        ``create`` (as ``create_run`` does), or store its ``replace``.
+        Concurrent submits, from any process, never make two unfinished runs
+        of one dedupe id, nor more than ``max_queued`` pending runs.
+
+        Raises:
+            QueueFullError: the queue is at ``max_queued``; nothing was stored.
+            RunConflictError: a new run's id exists (as ``create_run``); or
+                a debounced submit of another workflow than the live run's.
+            StoreError: the store failed.
+        """
+
+
+#: Methods of :class:`QueueingStore`.
+QUEUE_METHODS: Final = ("submit_run",)
 
 
 class ClaimNextFromBatch:

@@ -36,6 +36,7 @@ from ._conformance_base import (
 )
 from ._conformance_batch import BATCH_CHECKS
 from ._conformance_delete import DELETE_CHECKS
+from ._conformance_flow import FLOW_CHECKS
 from ._conformance_leases import LEASE_CHECKS
 from ._conformance_messages import MESSAGE_CHECKS
 from ._conformance_queue import QUEUE_CHECKS
@@ -351,6 +352,7 @@ CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     **DELETE_CHECKS,
     **MESSAGE_CHECKS,
     **RESPOND_CHECKS,
+    **FLOW_CHECKS,
     **RUN_ID_CHECKS,
 }
 
