@@ -335,8 +335,19 @@ def session_server() -> PostgresServer:
         pytest.skip(f"PostgreSQL tests skipped: {exc}")
 
 
+def as_schema_5(server: PostgresServer, schema: str) -> None:
+    """Turn a store's tables of today (schema version 6) back into version 5's layout."""
+    quoted = f'"{schema}"'
+    server.sql(f"DROP INDEX {quoted}.runs_dedupe")
+    server.sql(f"DROP INDEX {quoted}.runs_pending")
+    for column in ("queue", "key", "dedupe"):
+        server.sql(f"ALTER TABLE {quoted}.runs DROP COLUMN {column}")
+    server.sql(f"UPDATE {quoted}.tether_schema SET version = 5")
+
+
 def as_schema_4(server: PostgresServer, schema: str) -> None:
-    """Turn a store's tables of today (schema version 5) back into version 4's layout."""
+    """Turn a store's tables of today (schema version 6) back into version 4's layout."""
+    as_schema_5(server, schema)
     quoted = f'"{schema}"'
     server.sql(f"ALTER TABLE {quoted}.runs DROP COLUMN claim")
     server.sql(f"DROP INDEX {quoted}.runs_queued")

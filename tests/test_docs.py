@@ -55,6 +55,7 @@ PAIRED = {
     "how-to/timers-and-retries.md": "timers.py",
     "how-to/benchmark-your-workflow.md": "bench.py",
     "how-to/messages.md": "messages.py",
+    "how-to/tenants.md": "tenants.py",
 }
 #: examples that wait for other processes, so run on the real clock
 REAL_TIME = frozenset({"processes.py", "scale_out.py", "messages.py"})

@@ -36,6 +36,7 @@ from tether.stores._postgres_sql import SCHEMA_VERSION as PG_SCHEMA_VERSION
 
 from . import _postgres
 from ._differential import PROPERTY_SETTINGS, apply_ops, on_both
+from ._sqlite_schemas import back_to_6
 from .conftest import reopen_store
 from .test_postgres import _lose_one_ack
 
@@ -178,6 +179,7 @@ async def test_an_sqlite_file_of_schema_5_gets_a_mailbox(tmp_path: Path) -> None
     # Back to schema version 5, as the previous tether left it, with a parked run.
     conn = sqlite3.connect(path)
     with conn:
+        back_to_6(conn)
         conn.execute("DROP TABLE messages")
         due = T0 + timedelta(days=3)
         parked = _record("old", status=RunStatus.WAITING, wake_at=due)
@@ -192,7 +194,7 @@ async def test_an_sqlite_file_of_schema_5_gets_a_mailbox(tmp_path: Path) -> None
         message = await mailbox.send_message("old", "approve", "true", now=T0)
         assert message.seq == 1 and list(await mailbox.load_messages("old")) == [message]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (6,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (tether.stores.SCHEMA_VERSION,)
     assert conn.execute("SELECT wake_at FROM runs WHERE run_id = 'old'").fetchone() == (
         T0.timestamp(),
     )

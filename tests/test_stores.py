@@ -858,10 +858,11 @@ async def test_sqlite_refuses_a_newer_schema_and_foreign_files(tmp_path: Path) -
     await store.open()
     await store.close()
     with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 7")
+        conn.execute(f"PRAGMA user_version = {tether.stores.SCHEMA_VERSION + 1}")
     conn.close()
+    newer = tether.stores.SCHEMA_VERSION + 1
     with pytest.raises(
-        tether.StoreError, match=rf"{path}.*version 7.*version {tether.stores.SCHEMA_VERSION}"
+        tether.StoreError, match=rf"{path}.*version {newer}.*version {tether.stores.SCHEMA_VERSION}"
     ):
         await tether.SQLiteStore(path).open()
 

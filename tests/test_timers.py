@@ -33,6 +33,7 @@ from tether.testing._explore import Explorer
 from tether.testing._explore_plan import kinds_at
 
 from ._cli import cli
+from ._sqlite_schemas import back_to_6
 from ._wall_clock import START, ModuleClock, fresh_test
 from .conftest import reopen_store
 
@@ -581,6 +582,7 @@ async def test_an_sqlite_file_of_schema_4_is_migrated(tmp_path: Path) -> None:
     await store.close()
     conn = sqlite3.connect(path)
     with conn:
+        back_to_6(conn)
         conn.execute("DROP TABLE messages")  # (schema 6's, see tests/test_mailbox_stores.py)
         conn.execute("DROP INDEX runs_wake")
         conn.execute("ALTER TABLE runs DROP COLUMN wake_at")

@@ -48,6 +48,7 @@ from tether.testing.pytest_plugin import saved_registry
 
 from . import _fleet
 from ._postgres import PostgresServer, as_schema_4
+from ._sqlite_schemas import back_to_6
 from ._stores import InlineSlowStore
 from .conftest import reopen_store
 
@@ -376,6 +377,7 @@ async def test_an_sqlite_file_of_schema_3_is_migrated(tmp_path: Path) -> None:
     # Back to schema version 3, as an older tether left it, with a record of that time.
     conn = sqlite3.connect(path)
     with conn:
+        back_to_6(conn)
         conn.execute("DROP TABLE workers")
         conn.execute("DROP TABLE messages")  # (schema 6's)
         conn.execute("ALTER TABLE runs DROP COLUMN version")

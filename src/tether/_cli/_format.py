@@ -51,6 +51,8 @@ def _execution(info: RunInfo, store: str | None, served: frozenset[Served] | Non
             return "parked, waiting for a message"
         if backing_off(info):
             return f"backing off {wake(info)}: its outcome could not be stored"
+        if info.scheduled:
+            return f"scheduled to start at {when(info.wake_at)} UTC"
         return f"parked on its timers {wake(info)}"
     if info.status is RunStatus.DEAD_LETTER:
         aside = f"set aside after {info.dispatches} dispatches without an outcome"
@@ -148,6 +150,9 @@ def run_json(
         "cancel_requested": info.cancel_requested,
         "dispatches": info.dispatches,
         "wake_at": _iso(info.wake_at),
+        "queue": info.queue,
+        "key": info.key,
+        "dedupe": info.dedupe,
         "error": None if info.error is None else info.error.to_json(),
     }
     if detail:

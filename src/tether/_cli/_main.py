@@ -150,6 +150,12 @@ def _add_runs(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.Ar
         help="only runs started under this version of their workflow",
     )
     listing.add_argument(
+        "--queue",
+        metavar="NAME",
+        help="only runs of this queue (default: runs submitted without one)",
+    )
+    listing.add_argument("--key", metavar="KEY", help="only runs submitted with this key")
+    listing.add_argument(
         "--stranded",
         action="store_true",
         help="only runs waiting for a worker (queued, or running without a live lease) "

@@ -220,6 +220,8 @@ async def _runs_command(
                     ("status", statuses or None),
                     ("workflow", args.workflow),
                     ("version", args.workflow_version),
+                    ("queue", args.queue),
+                    ("key", args.key),
                     ("stranded", args.stranded or None),
                     ("limit", args.limit),
                     ("after", args.after),

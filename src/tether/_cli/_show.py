@@ -28,7 +28,7 @@ from .._engine._serving import is_stranded, stranded_text
 from .._errors import ErrorInfo
 from .._terminal import abbrev, escape_controls, table
 from .._ui._timeline import entries_count, own_duration, timer_due
-from ..stores import Entry, EntryKind, EntryStatus, Message, RunStatus, Served
+from ..stores import DEFAULT_QUEUE, Entry, EntryKind, EntryStatus, Message, RunStatus, Served
 from ._format import interrupted, message_takers, next_step, wake
 from ._text import clock, duration, json_text, lease, stored, stored_json, when
 
@@ -55,6 +55,11 @@ def print_run(
 
     field("run", info.run_id)
     field("workflow", info.workflow)
+    if info.queue != DEFAULT_QUEUE or info.key is not None or info.dedupe is not None:
+        placed = [f"queue {info.queue}"]
+        placed += [] if info.key is None else [f"key {info.key}"]
+        placed += [] if info.dedupe is None else [f"dedupe id {info.dedupe}"]
+        field("queue", ", ".join(placed))
     if info.executing:
         field("status", f"{info.status.value} — executing")
         field("owner", str(info.owner))
@@ -75,6 +80,9 @@ def print_run(
         tries = f"{info.dispatches} execution{'s' * (info.dispatches != 1)}"
         field("status", f"{info.status.value} — backing off: {tries} could not store an outcome")
         field("wakes", f"{wake(info).removeprefix('until ')}: any worker takes it up then")
+    elif info.scheduled:
+        field("status", f"{info.status.value} — scheduled to start, never started yet")
+        field("wakes", f"{wake(info).removeprefix('until ')}: any worker starts it then")
     elif info.status is RunStatus.WAITING:
         field("status", f"{info.status.value} — parked on its timers, holding no lease")
         field("wakes", f"{wake(info).removeprefix('until ')}: any worker takes it up then")

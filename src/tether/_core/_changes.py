@@ -12,12 +12,20 @@ also polls: a lost one costs latency, never correctness.
 A waiter reads :attr:`Changes.generation` *before* it reads the store and
 passes it to :meth:`Changes.wait`, so a change that lands between the read
 and the wait is not missed.
+
+A change may also be due later: a run submitted to start at a given time.
+:meth:`Changes.due_at` hands that time to each waiter that keeps wake times
+(:meth:`Changes.keeping_wakes`: workers), which wakes for it then, on the
+engine's clock, not a poll later.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
 
 import trio
 
@@ -33,12 +41,29 @@ class Changes:
         #: how many changes were seen; only grows
         self.generation = 0
         self._event = trio.Event()
+        self._wakes: list[list[datetime]] = []  # the heaps of the waiters keeping wake times
 
     def notify(self) -> None:
         """Record a change and wake every waiter. Not a checkpoint; any thread of this run."""
         self.generation += 1
         self._event.set()
         self._event = trio.Event()
+
+    def due_at(self, at: datetime) -> None:
+        """Something becomes due at *at*: push it on every kept heap of wake times, and
+        wake every waiter. Not a checkpoint."""
+        for wakes in self._wakes:
+            heapq.heappush(wakes, at)
+        self.notify()
+
+    @contextmanager
+    def keeping_wakes(self, wakes: list[datetime]) -> Iterator[None]:
+        """Within the block, :meth:`due_at` pushes onto the heap *wakes*."""
+        self._wakes.append(wakes)
+        try:
+            yield
+        finally:
+            self._wakes.remove(wakes)
 
     async def wait(self, seen: int, timeout: float) -> None:
         """Return once a change after generation *seen* was noted, or after *timeout* seconds.

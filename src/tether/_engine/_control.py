@@ -58,7 +58,8 @@ class Placement:
 
     @property
     def needs_rules(self) -> bool:
-        """Whether only a store that keeps queues' rules at submit can store it."""
+        """Whether only a store that keeps queues' rules at submit can store it (else the
+        submit is a plain ``create_run``)."""
         limited = self.queue is not None and self.queue.max_queued is not None
         return self.dedupe is not None or limited
 
@@ -136,15 +137,15 @@ async def submit_run(
         key=placement.key,
         dedupe=placement.dedupe,
     )
-    queueing = has(store, Capability.QUEUES)
-    if placement.needs_rules and not queueing:
+    # A submit without rules to keep is a plain create_run, on every store.
+    if placement.needs_rules and not has(store, Capability.QUEUES):
         raise UsageError(
             f"{store!r} does not keep queues' rules at submit (submit_run): it cannot "
             "take a dedupe id or a queue with max_queued"
         )
     with StoreErrors(f"submitting run {run_id!r}"):
         try:
-            if queueing:
+            if placement.needs_rules:
                 submission = Submission(
                     record,
                     max_queued=None if placement.queue is None else placement.queue.max_queued,
@@ -166,7 +167,10 @@ async def submit_run(
             if existing.version != wf.version:
                 raise version_conflict(existing, wf.version) from None
             return run_id
-    changes.notify()
+    if start is None:
+        changes.notify()
+    else:
+        changes.due_at(start)  # (a debounced run's start moved: the latest counts)
     return run_id
 
 

@@ -483,6 +483,8 @@ class Engine:
         limit: int | None = None,
         version: str | None = None,
         stranded: bool = False,
+        queue: str | None = None,
+        key: str | None = None,
     ) -> list[RunInfo]:
         """Stored runs, oldest first, without journals (use :meth:`get_run`).
 
@@ -501,6 +503,13 @@ class Engine:
                 answer is as fresh as the advertisements: a worker that
                 started a moment ago may not be counted yet, and a crashed
                 one counts until its advertisement expires (``lease_ttl``).
+            queue: only runs of this queue (its name; ``"default"``: runs
+                submitted without ``queue=``).
+            key: only runs submitted with this key.
+
+        Filters that a run listing did not have at first (*version*,
+        *queue*, *key*) are passed to the store only when given, so a
+        store written before them still lists runs.
 
         A checkpoint.
 
@@ -520,6 +529,8 @@ class Engine:
             limit=limit,
             version=version,
             stranded=stranded,
+            queue=queue,
+            key=key,
         )
 
     async def list_workers(self) -> list[WorkerAd]:

@@ -22,7 +22,7 @@ from .._core._owners import owner_is_gone
 from .._core._store_calls import StoreErrors
 from .._errors import CheckpointCorruptError, CodecError, ErrorInfo, Request, RunCancelledError
 from ..stores._queue import check_run_filter
-from ..stores._records import Entry, RunRecord, RunStatus, request_from_json
+from ..stores._records import DEFAULT_QUEUE, Entry, RunRecord, RunStatus, request_from_json
 from ..stores._store import Store
 from ._serving import stranded_records
 
@@ -72,8 +72,18 @@ class RunInfo:
     dispatches: int = 0
     #: the workflow version the run was started under (``None``: unversioned)
     version: str | None = None
-    #: when a ``waiting`` run (parked on its timers) is due; ``None`` otherwise
+    #: when a ``waiting`` run (parked on its timers, or submitted to start
+    #: later) is due; ``None`` otherwise
     wake_at: datetime | None = None
+    #: the queue it was submitted to (``"default"`` without ``queue=``)
+    queue: str = DEFAULT_QUEUE
+    #: the key it was submitted with (``engine.submit(key=)``), or ``None``
+    key: str | None = None
+    #: its dedupe id (``engine.submit(dedupe=)``), or ``None``
+    dedupe: str | None = None
+    #: ``True`` for a ``waiting`` run that never started: submitted to start
+    #: at ``wake_at`` (``not_before``, ``debounce``)
+    scheduled: bool = False
 
 
 def check_not_cancelled(record: RunRecord) -> None:
@@ -141,6 +151,10 @@ def run_info(record: RunRecord, entries: tuple[Entry, ...], defined: Defined) ->
         dispatches=record.dispatches,
         version=record.version,
         wake_at=record.wake_at,
+        queue=record.queue,
+        key=record.key,
+        dedupe=record.dedupe,
+        scheduled=record.status is RunStatus.WAITING and record.token == 0,
     )
 
 
@@ -164,29 +178,19 @@ async def list_infos(
     limit: int | None,
     version: str | None,
     stranded: bool,
+    queue: str | None = None,
+    key: str | None = None,
 ) -> list[RunInfo]:
     """What :meth:`Engine.list_runs <tether.Engine.list_runs>` returns (see there)."""
     if status is not None and not isinstance(status, str):
         status = list(status)
-    selected = check_run_filter(status, workflow, after, limit, version)
+    selected = check_run_filter(status, workflow, after, limit, version, queue, key)
     if stranded:
         with StoreErrors("listing stranded runs"):
             waiting = await stranded_records(store, selected)
         return [run_info(r, (), defined) for r in waiting]
-    filters: dict[str, Any] = {
-        k: v
-        for k, v in (
-            ("status", selected.status),
-            ("workflow", workflow),
-            ("after", after),
-            ("limit", limit),
-            ("version", version),
-        )
-        if v is not None
-    }
     with StoreErrors("listing runs"):
-        # Without filters, as stores written before filters existed take it.
-        records = await store.list_runs(**filters)
+        records = await store.list_runs(**selected.given())
     return [run_info(r, (), defined) for r in records]
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Final, NoReturn, cast
+from typing import Final, NoReturn, cast
 
 import trio
 
@@ -248,16 +248,7 @@ async def stranded_records(store: Store, selected: RunFilter) -> list[RunRecord]
     found: list[RunRecord] = []
     after = selected.after
     while True:
-        filters: dict[str, Any] = {"status": statuses, "limit": _PAGE}
-        # Passed only when given, as stores written before these filters take it.
-        for name, value in (
-            ("workflow", selected.workflow),
-            ("version", selected.version),
-            ("after", after),
-        ):
-            if value is not None:
-                filters[name] = value
-        page = await store.list_runs(**filters)
+        page = await store.list_runs(**selected.given(status=statuses, limit=_PAGE, after=after))
         gone = {
             r.owner
             for r in page

@@ -228,6 +228,8 @@ def execution(info: RunInfo, store: str, served: frozenset[Served] | None = None
             return esc(
                 f"backing off until {when(info.wake_at)} UTC: its outcome could not be stored"
             )
+        if info.scheduled:
+            return esc(f"scheduled to start at {when(info.wake_at)} UTC")
         return esc(f"parked on its timers until {when(info.wake_at)} UTC")
     if info.status is RunStatus.DEAD_LETTER:
         aside = f"set aside after {info.dispatches} dispatches without an outcome"

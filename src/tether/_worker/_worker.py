@@ -69,6 +69,7 @@ import trio
 
 from .._api._timers import Waiting
 from .._api._workflow import Workflow
+from .._core._changes import Changes
 from .._core._nurseries import exit_nursery
 from .._core._owners import owner_is_gone
 from .._engine._engine import Engine, internals
@@ -117,7 +118,8 @@ class Worker:
     _isolated_from: int = attrs.field(init=False)  # dispatches from which a run runs alone
     _gone: set[str] = attrs.field(factory=set)  # dead owners of running runs, last looked
     _gone_looked: float = -math.inf
-    _wakes: list[datetime] = attrs.field(factory=list)  # (a heap) wake_at of runs parked here
+    #: (a heap) wake_at of runs parked here, and of runs submitted here to start later
+    _wakes: list[datetime] = attrs.field(factory=list)
     _claimed_at: datetime | None = None  # the engine's clock at the last claim
 
     def __attrs_post_init__(self) -> None:
@@ -129,6 +131,10 @@ class Worker:
     async def _claim_loop(self, runs: trio.Nursery) -> None:
         """Claim and start runs while slots are free, until cancelled."""
         changes = internals(self.engine).changes
+        with changes.keeping_wakes(self._wakes):  # (runs submitted here to start later)
+            await self._claim_forever(runs, changes)
+
+    async def _claim_forever(self, runs: trio.Nursery, changes: Changes) -> None:
         while True:
             await self._slots.acquire()
             free = 1 + self._take_free_slots(most=MAX_BATCH - 1)

@@ -18,12 +18,15 @@ its design in its module doc:
   of one file, the strict checks of a folder (plain functions of paths);
 - :mod:`._file_base`: the store's state, a run's folder, the strict reads of
   a file and of a run's record, the replacement of ``run.json``;
-- :mod:`._file_lock`: the run's ``flock``, which every process respects;
+- :mod:`._file_lock`: the run's and the queue's ``flock``, which every
+  process respects;
 - :mod:`._file_runs`: opening the store; creating, updating, reading,
   listing and deleting runs;
 - :mod:`._file_owners`: leases, cancels, workers' claims and advertisements;
 - :mod:`._file_journal`: appends (one file each) and strict journal reads;
-- :mod:`._file_mailbox`: a run's messages.
+- :mod:`._file_mailbox`: a run's messages;
+- :mod:`._file_submit`: submits by the queues' rules (dedupe ids, debounce,
+  ``max_queued``), under the queue's lock.
 
 The parts but :mod:`._file_calls` and :mod:`._file_threads` hold the
 synchronous halves of the calls, run in a worker thread.
@@ -41,6 +44,8 @@ from ._file_calls import FileCalls
 from ._file_journal import FileJournal
 from ._file_mailbox import FileMailbox
 from ._file_owners import FileOwners
+from ._file_submit import FileSubmits
+from ._flow import Submission, check_submission
 from ._leases import check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd
@@ -61,7 +66,7 @@ __all__ = ("FileStore",)
 
 
 @final
-class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners, ClaimNextFromBatch):
+class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners, FileSubmits, ClaimNextFromBatch):
     """Runs and journals as JSON files under *directory*, safe for several processes.
 
     Args:
@@ -134,6 +139,43 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners, ClaimNextFromBa
         """
         run_id = check_run_id(record.run_id)
         await self._call(f"creating run {run_id!r}", self._create_sync, record)
+
+    async def submit_run(self, submission: Submission) -> str:
+        """Keep *submission* by the queues' rules; the id of the run that holds it (see
+        :meth:`QueueingStore.submit_run <tether.stores.QueueingStore.submit_run>`).
+
+        With a dedupe id or a ``max_queued``, it holds the queue's lock (a
+        ``flock`` every process's such submits take) while it reads the
+        queue's runs, decides, and writes: the new run's folder is published as
+        :meth:`create_run` publishes one, or the dedupe id's live run's
+        ``run.json`` replaced under its run's lock, as :meth:`update_run`
+        does. The read is a scan of every run record (O(all runs)), as a
+        worker's :meth:`claim_batch`. A plain submit reads nothing, takes no
+        lock, and is :meth:`create_run`. See the module doc of ``_file_submit``.
+
+        Cancelled, it returns at once (see the class doc): a submit whose
+        thread had not begun or still waited for a lock stores nothing; one
+        that held them may store its run (or rewrite the live one) after its
+        caller gave up, whole, so the outcome is unknown. The same submit
+        again finds it: the run of its dedupe id, or its id taken
+        (:class:`~tether.RunConflictError`, which ``engine.submit`` checks).
+
+        Raises:
+            QueueFullError: the queue is at ``max_queued``; nothing was stored.
+            RunConflictError: the new run's id exists (or anything else by its
+                name); or a debounced submit of another workflow than its
+                dedupe id's run.
+            UsageError: the submission is not valid (:func:`~tether.stores.check_submission`,
+                :func:`~tether.stores.check_run_id`).
+            CheckpointCorruptError: a run record read cannot be read (none is
+                skipped), or the directory holds something that is not a run.
+            StoreError: the file system failed, or another process held the
+                queue's or the run's lock for too long.
+        """
+        record = check_submission(submission).record
+        run_id = check_run_id(record.run_id)
+        result: str = await self._call(f"submitting run {run_id!r}", self._submit_sync, submission)
+        return result
 
     async def update_run(self, record: RunRecord) -> RunRecord:
         """Replace ``run.json`` atomically (``os.replace``).
@@ -278,6 +320,8 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners, ClaimNextFromBa
         after: str | None = None,
         limit: int | None = None,
         version: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records by ``created_at`` then id, filtered (see :meth:`Store.list_runs`).
 
@@ -290,7 +334,7 @@ class FileStore(FileCalls, FileJournal, FileMailbox, FileOwners, ClaimNextFromBa
             CheckpointCorruptError: any run cannot be read (none is skipped),
                 or the directory holds something that is not a run.
         """
-        selected = check_run_filter(status, workflow, after, limit, version)
+        selected = check_run_filter(status, workflow, after, limit, version, queue, key)
         records: list[RunRecord] = await self._call("listing runs", self._list_sync)
         return selected.page(records)
 

@@ -16,6 +16,8 @@ Layout::
             messages/                 the run's mailbox (made by its first message):
                 000000000001.json     Message.to_json(), one file per message, by seq
         .owners/<owner>.json          a lease holder's expiry (one file per owner)
+        .queues/<queue>               flock()ed by submits by the queues' rules (named as a
+                                      run folder is, see run_folder; empty, never removed)
         .trash/<random>/              a deleted run's folder, being removed (ignored by reads)
         .workers/<owner>.json         what a worker serves, until when (one file per worker)
         .tmp-<random>/                a run being created (ignored by reads)
@@ -66,6 +68,7 @@ MESSAGES = "messages"
 TEMP = ".tmp-"
 LOCK = ".lock"
 OWNERS = ".owners"
+QUEUES = ".queues"  # the queues' lock files (see _file_lock)
 TRASH = ".trash"  # deleted runs' folders, renamed here whole, then removed
 WORKERS = ".workers"
 #: The start of the folder name of a run whose id is not safe as a folder name.

@@ -155,8 +155,7 @@ class Threads:
         trio.from_thread.check_cancelled()
         if work.session.closing:
             raise StoreError(
-                f"{work.what}: the store was closed while it waited for the run's lock; "
-                "nothing was written"
+                f"{work.what}: the store was closed while it waited for a lock; nothing was written"
             )
 
     async def drain(self, session: Session, store: str) -> None:

@@ -201,8 +201,7 @@ class SubmitDecision:
 
     Attributes:
         run_id: what ``submit_run`` returns: the new run's id, or the live run's.
-        create: the run to insert (its id may exist: the store's usual
-            :class:`~tether.RunConflictError` then), or ``None``.
+        create: the run to insert (its id free, as read in the step), or ``None``.
         replace: the live run as a debounced submit rewrites it, or ``None``.
     """
 
@@ -212,24 +211,28 @@ class SubmitDecision:
 
 
 def decide_submit(
-    submission: Submission, *, live: RunRecord | None, depth: int | None
+    submission: Submission, *, live: RunRecord | None, exists: bool, depth: int | None
 ) -> SubmitDecision:
     """Decide *submission* from what the store read in the submit's atomic step.
 
     *live* is the oldest unfinished run of the submission's queue with its
     dedupe id (:func:`live_dedupe`), ``None`` when there is none or no dedupe
-    id; *depth* the queue's :func:`pending` runs, read when the submission
-    has a ``max_queued`` (else ``None``).
+    id; *exists* whether a run with the submission's run id is stored; *depth*
+    the queue's :func:`pending` runs, read when the submission has a
+    ``max_queued`` (else ``None``).
 
     - a live run: its id, and nothing new; a debounced submit while it has
       not started rewrites its arguments, version, key and start;
+    - else, the run id taken: :class:`~tether.RunConflictError`, as
+      ``create_run`` (``engine.submit`` then finds a resubmitted run there,
+      however full its queue);
     - else, a queue at ``max_queued``: :class:`~tether.QueueFullError`;
     - else the new run.
 
     Raises:
         QueueFullError: the queue holds ``max_queued`` runs waiting to start.
-        RunConflictError: a debounced submit of another workflow than its
-            dedupe id's live run.
+        RunConflictError: the run id is taken; or a debounced submit of
+            another workflow than its dedupe id's live run.
     """
     record = submission.record
     if live is not None:
@@ -251,6 +254,8 @@ def decide_submit(
             updated_at=record.updated_at,
         )
         return SubmitDecision(live.run_id, replace=replaced)
+    if exists:
+        raise RunConflictError(f"run {record.run_id!r} already exists")
     if submission.max_queued is not None:
         assert depth is not None, "a submission with max_queued is decided with its depth"
         if depth >= submission.max_queued:

@@ -118,12 +118,11 @@ class MemoryStore(ClaimNextFromBatch):
         depth = None
         if submission.max_queued is not None:
             depth = sum(1 for r in self._runs.values() if r.queue == record.queue and pending(r))
-        decision = decide_submit(submission, live=live, depth=depth)
+        exists = record.run_id in self._runs
+        decision = decide_submit(submission, live=live, exists=exists, depth=depth)
         if decision.replace is not None:
             self._set(decision.replace)
         elif decision.create is not None:
-            if record.run_id in self._runs:
-                raise RunConflictError(f"run {record.run_id!r} already exists in {self!r}")
             self._create(decision.create)
         return decision.run_id
 
@@ -150,8 +149,10 @@ class MemoryStore(ClaimNextFromBatch):
         after: str | None = None,
         limit: int | None = None,
         version: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
     ) -> Sequence[RunRecord]:
-        selected = check_run_filter(status, workflow, after, limit, version)
+        selected = check_run_filter(status, workflow, after, limit, version, queue, key)
         await trio.lowlevel.checkpoint()
         # The dict keeps creation order; a scan is what an in-memory store affords.
         return [self._read(r) for r in selected.page(self._runs.values())]

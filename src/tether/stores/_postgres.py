@@ -38,6 +38,7 @@ from typing import Any, Final, TypeVar, final
 import trio
 
 from .._errors import UsageError
+from ._flow import Submission, check_submission
 from ._leases import check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd
@@ -274,6 +275,43 @@ class PostgresStore(ClaimNextFromBatch):
             lambda conn, retrying: self._tables.create_run(conn, retrying, record, data),
         )
 
+    async def submit_run(self, submission: Submission) -> str:
+        """Keep a submission: its new run, or its dedupe id's (one transaction; see
+        :meth:`QueueingStore.submit_run <tether.stores.QueueingStore.submit_run>`).
+
+        Racing submits, from any process, decide one after the other: a submit
+        with a dedupe id takes a transaction-scoped advisory lock on it, and one
+        with ``max_queued`` on its queue first. They read through partial
+        indexes (the unfinished runs of each dedupe id, each queue's runs
+        waiting to start), so their cost grows with neither the finished runs
+        kept nor other queues. The dedupe id's run is locked while a debounce
+        rewrites it, so no claim starts it meanwhile. Notifies watchers when it
+        writes. A retry after an unclear outcome that finds the run stored as
+        this call wrote it returns its id, as :meth:`create_run` does (not
+        :class:`~tether.RunConflictError`, nor a full queue it filled itself).
+        Cancelled, it returns at once (see the class doc): the run may have been
+        stored.
+
+        Raises:
+            QueueFullError: the queue holds ``max_queued`` runs waiting to start;
+                nothing was stored.
+            RunConflictError: a run with the new run's id exists, or a debounced
+                submit of another workflow than its dedupe id's run.
+            UsageError: not a valid submission (:func:`check_submission
+                <tether.stores.check_submission>`), or run id; checked before
+                anything is read.
+            CheckpointCorruptError: the dedupe id's run does not decode.
+            StoreError: the database failed (after retries, for transient failures).
+        """
+        submission = check_submission(submission)
+        record = submission.record
+        check_run_id(record.run_id)
+        data = dumps_record(record.to_json())
+        return await self._call(
+            f"submitting run {record.run_id!r}",
+            lambda conn, retrying: self._tables.submit_run(conn, retrying, submission, data),
+        )
+
     async def update_run(self, record: RunRecord) -> RunRecord:
         """Replace a run record, fenced; group-committed with other writes; notifies watchers.
 
@@ -479,6 +517,8 @@ class PostgresStore(ClaimNextFromBatch):
         after: str | None = None,
         limit: int | None = None,
         version: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records in creation order, filtered and paged (indexed queries).
 
@@ -490,7 +530,7 @@ class PostgresStore(ClaimNextFromBatch):
             CheckpointCorruptError: a selected row does not decode (none is skipped).
             StoreError: the database failed.
         """
-        selected = check_run_filter(status, workflow, after, limit, version)
+        selected = check_run_filter(status, workflow, after, limit, version, queue, key)
         return await self._call(
             "listing runs", lambda conn, retrying: self._tables.list_runs(conn, selected)
         )

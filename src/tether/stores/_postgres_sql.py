@@ -2,7 +2,7 @@
 
 Layer: stores (``tether.stores``).
 
-Layout (schema version 5, kept in ``{schema}.tether_schema``), in a
+Layout (schema version 6, kept in ``{schema}.tether_schema``), in a
 PostgreSQL schema of its own (``schema=``, default ``tether``)::
 
     tether_schema(version integer)              -- one row: the schema version
@@ -14,7 +14,9 @@ PostgreSQL schema of its own (``schema=``, default ``tether``)::
          owner text, token bigint, cancel boolean,  -- copies of data's lease fields
          version text,                          -- copy of the workflow version
          wake_at timestamptz,                   -- copy of a waiting run's wake_at, indexed
-         claim text)                            -- the batched claim that took it (retries)
+         claim text,                            -- the batched claim that took it (retries)
+         queue text, key text, dedupe text)     -- copies for listings and submits' rules
+                                                -- (runs_dedupe, runs_pending)
     entries(run_id text, seq integer,
             ikey text,                          -- Entry.idempotency_key
             data text,                          -- Entry.to_json(), JSON text
@@ -35,6 +37,11 @@ naming the run, the table and the row. The schema is created, or migrated,
 by :meth:`PostgresStore.open <tether.PostgresStore.open>` under a
 transaction-scoped advisory lock, so many processes may open a fresh
 database at once.
+
+A submit that must see every other submit of its dedupe id, or of its queue
+with ``max_queued``, takes a transaction-scoped advisory lock on it
+(:data:`QUEUE_LOCK_CLASS`, :data:`DEDUPE_LOCK_CLASS`) before it reads: racing
+submits decide one after the other, each on what the previous one committed.
 
 A lease is per owner: renewing every run an engine holds is one row's
 update. Lease expiry is measured on the database's clock
@@ -64,14 +71,28 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from psycopg import sql
 
-__all__ = ("ADVISORY_LOCK_CLASS", "SCHEMA_VERSION", "Statements", "statements")
+__all__ = (
+    "ADVISORY_LOCK_CLASS",
+    "DEDUPE_LOCK_CLASS",
+    "QUEUE_LOCK_CLASS",
+    "SCHEMA_VERSION",
+    "Statements",
+    "statements",
+)
 
 #: The schema version this tether writes and reads (``{schema}.tether_schema``).
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 #: The first key of the advisory lock that serializes migrations; the second is
 #: ``hashtext(schema)``, so stores in other schemas migrate independently.
 ADVISORY_LOCK_CLASS: Final = 0x7E7E_7E01
+
+#: The first keys of the advisory locks a submit takes, on its queue (when it
+#: has ``max_queued``) and on its dedupe id; the second is ``hashtext`` of the
+#: schema and the names (see ``Tables.submit_run``). A queue's lock is always
+#: taken before a dedupe id's.
+QUEUE_LOCK_CLASS: Final = 0x7E7E_7E02
+DEDUPE_LOCK_CLASS: Final = 0x7E7E_7E03
 
 # Queued and running runs by id, for workers' claims: each holds only those runs.
 _QUEUED_INDEX: Final = "CREATE INDEX runs_queued ON {s}.runs (id) WHERE status = 'queued'"
@@ -80,6 +101,22 @@ _RUNNING_INDEX: Final = "CREATE INDEX runs_running ON {s}.runs (id) WHERE status
 # When a waiting run (parked on a timer) is due, for workers' claims; only
 # waiting runs have one, so the index holds only them.
 _WAKE_INDEX: Final = "CREATE INDEX runs_wake ON {s}.runs (wake_at) WHERE status = 'waiting'"
+
+# The unfinished runs of each (queue, dedupe id), oldest first, for submits
+# with a dedupe id. Not unique: a run resumed by hand may make a second one
+# live (a submit takes the oldest); submits keep one per dedupe id under its
+# advisory lock. With id in the key, the oldest is the first entry: without
+# it, a generic plan of "ORDER BY id LIMIT 1" walked the id index past every
+# run. (The finished statuses are RunStatus.finished's.)
+_LIVE: Final = "status NOT IN ('completed', 'failed', 'dead_letter', 'cancelled')"
+_DEDUPE_INDEX: Final = (
+    "CREATE INDEX runs_dedupe ON {s}.runs (queue, dedupe, id) WHERE dedupe IS NOT NULL AND " + _LIVE
+)
+
+# Each queue's runs waiting to start (_flow.pending: queued, or waiting and
+# never claimed), counted by submits with max_queued.
+_PENDING: Final = "(status = 'queued' OR (status = 'waiting' AND token = 0))"
+_PENDING_INDEX: Final = "CREATE INDEX runs_pending ON {s}.runs (queue) WHERE " + _PENDING
 
 _WORKERS: Final = """CREATE TABLE {s}.workers (
         owner text PRIMARY KEY,
@@ -109,7 +146,10 @@ _CREATE: Final = (
         cancel boolean NOT NULL DEFAULT false,
         version text,
         wake_at timestamptz,
-        claim text
+        claim text,
+        queue text NOT NULL DEFAULT 'default',
+        key text,
+        dedupe text
     )""",
     "CREATE INDEX runs_status ON {s}.runs (status, id)",
     "CREATE INDEX runs_workflow ON {s}.runs (workflow, id)",
@@ -117,6 +157,8 @@ _CREATE: Final = (
     _QUEUED_INDEX,
     _RUNNING_INDEX,
     _WAKE_INDEX,
+    _DEDUPE_INDEX,
+    _PENDING_INDEX,
     """CREATE TABLE {s}.entries (
         run_id text NOT NULL,
         seq integer NOT NULL,
@@ -155,6 +197,16 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         _QUEUED_INDEX,
         _RUNNING_INDEX,
     ),
+    # 5 -> 6: queues, keys and dedupe ids, for listings and submits' rules.
+    # Every stored run was submitted without them: the default queue
+    # (DEFAULT_QUEUE; a constant default rewrites nothing), no key, no dedupe id.
+    5: (
+        "ALTER TABLE {s}.runs ADD COLUMN queue text NOT NULL DEFAULT 'default'",
+        "ALTER TABLE {s}.runs ADD COLUMN key text",
+        "ALTER TABLE {s}.runs ADD COLUMN dedupe text",
+        _DEDUPE_INDEX,
+        _PENDING_INDEX,
+    ),
 }
 
 # A run row with its owner's lease expiry and whether it is live, on the database's clock.
@@ -188,14 +240,26 @@ _TEXT: Final = {
     "list_runs": _SELECT_RUN,
     "insert_run": """
         INSERT INTO {s}.runs (data, status, workflow, owner, token, cancel, version, wake_at,
-            run_id)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING id
+            queue, key, dedupe, run_id)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+        ON CONFLICT (run_id) DO NOTHING RETURNING id
     """,
     "put_run": """
         UPDATE {s}.runs SET data = %s, status = %s, workflow = %s, owner = %s, token = %s,
-        cancel = %s, version = %s, wake_at = %s WHERE run_id = %s
+        cancel = %s, version = %s, wake_at = %s, queue = %s, key = %s, dedupe = %s
+        WHERE run_id = %s
     """,
     "run_data": "SELECT data FROM {s}.runs WHERE run_id = %s",
+    # A submit's reads, under its advisory locks (each in a statement of its
+    # own, taken once the locks are held: it sees what the previous holder
+    # committed). The oldest unfinished run of a dedupe id, its row locked so
+    # that no claim starts it while a debounce rewrites it (runs_dedupe); the
+    # record is read by a later statement (get_run), as lock_run's. The
+    # queue's runs waiting to start (runs_pending).
+    "live_dedupe": "SELECT run_id FROM {s}.runs WHERE queue = %s AND dedupe = %s AND "
+    + _LIVE
+    + " ORDER BY id LIMIT 1 FOR UPDATE",
+    "pending": "SELECT count(*) FROM {s}.runs WHERE queue = %s AND " + _PENDING,
     "set_owner": _SET_OWNER,
     "drop_owner": "DELETE FROM {s}.owners WHERE owner = %s",
     "owned": "SELECT run_id, token, cancel FROM {s}.runs WHERE owner = %s",
@@ -266,10 +330,13 @@ _TEXT: Final = {
         WITH put AS (
         UPDATE {s}.runs r SET data = u.data, status = u.status, workflow = u.workflow,
             owner = u.owner, token = u.token, cancel = u.cancel, version = u.version,
-            wake_at = u.wake_at, claim = u.claim
+            wake_at = u.wake_at, queue = u.queue, key = u.key, dedupe = u.dedupe,
+            claim = u.claim
         FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[],
-            %b::boolean[], %b::text[], %b::timestamptz[], %b::text[], %b::text[])
-            AS u(data, status, workflow, owner, token, cancel, version, wake_at, run_id, claim)
+            %b::boolean[], %b::text[], %b::timestamptz[], %b::text[], %b::text[], %b::text[],
+            %b::text[], %b::text[])
+            AS u(data, status, workflow, owner, token, cancel, version, wake_at, queue, key,
+                dedupe, run_id, claim)
         WHERE r.run_id = u.run_id RETURNING 1)
         SELECT pg_notify(%s, '')
     """,
@@ -363,6 +430,8 @@ class Statements:
         self.insert_run = q["insert_run"]
         self.put_run = q["put_run"]
         self.run_data = q["run_data"]
+        self.live_dedupe = q["live_dedupe"]
+        self.pending = q["pending"]
         self.set_owner = q["set_owner"]
         self.claim_owner = q["claim_owner"]
         self.claimable = q["claimable"]

@@ -4,8 +4,9 @@ Layer: stores (``tether.stores``).
 
 :class:`Tables` holds, for one store, what each protocol call does once it
 has a connection: the migration run by ``open``, the transaction of every
-run record write and claim (each one locks the run's row, decides with the
-shared rules of :mod:`._leases` and :mod:`._queue`, and writes), the reads,
+run record write, claim and submit (each one locks the run's row, or a
+submit's advisory locks, decides with the shared rules of :mod:`._leases`,
+:mod:`._queue` and :mod:`._flow`, and writes), the reads,
 and the strict decoding of rows back into records. Each method is
 synchronous and blocking, for a worker thread, and takes ``retrying``
 where an earlier attempt may have committed. The statements are in
@@ -27,6 +28,7 @@ from typing import Any, TypeVar, final
 import attrs
 
 from .._errors import CheckpointCorruptError, RunConflictError, RunNotFoundError, StoreError
+from ._flow import Submission, decide_submit, live_dedupe
 from ._leases import (
     ClaimDecision,
     check_delete,
@@ -37,7 +39,13 @@ from ._leases import (
 )
 from ._mailbox import Message, decide_send, load_message, message_gap
 from ._owners import Renewal, Served, WorkerAd, dumps_served, loads_served
-from ._postgres_sql import ADVISORY_LOCK_CLASS, SCHEMA_VERSION, Statements
+from ._postgres_sql import (
+    ADVISORY_LOCK_CLASS,
+    DEDUPE_LOCK_CLASS,
+    QUEUE_LOCK_CLASS,
+    SCHEMA_VERSION,
+    Statements,
+)
 from ._queue import Claimed, RunFilter, claimed_from, decide_batch
 from ._record_json import RecordDecodeError, dumps_record, first_gap
 from ._records import Entry, RunRecord, load_entry, load_run_record
@@ -68,6 +76,9 @@ def _run_params(record: RunRecord) -> tuple[object, ...]:
         record.cancel_requested,
         record.version,
         record.wake_at,
+        record.queue,
+        record.key,
+        record.dedupe,
         record.run_id,
     )
 
@@ -136,13 +147,98 @@ class Tables:
     def create_run(self, conn: Any, retrying: bool, record: RunRecord, data: str) -> None:
         """Insert *record* (its JSON text: *data*); notifies watchers."""
         with conn.transaction():
-            if conn.execute(self.sql.insert_run, _run_params(record)).fetchone() is None:
-                if retrying:
-                    row = conn.execute(self.sql.run_data, (record.run_id,)).fetchone()
-                    if row is not None and row[0] == data:
-                        return  # the earlier attempt committed: this is our run
-                raise RunConflictError(f"run {record.run_id!r} already exists in {self.label}")
-            self.notify(conn)
+            if self._insert_run(conn, retrying, record, data):
+                self.notify(conn)
+
+    def _insert_run(self, conn: Any, retrying: bool, record: RunRecord, data: str) -> bool:
+        """Insert the new run *record* (its JSON text: *data*); whether it did.
+
+        ``False``: a retry found the run stored exactly as *data*, its
+        earlier attempt's write (it committed: this is our run).
+
+        Raises:
+            RunConflictError: a run with this id exists (another one).
+        """
+        if conn.execute(self.sql.insert_run, _run_params(record)).fetchone() is not None:
+            return True
+        if retrying and self._stored_as(conn, record.run_id, data):
+            return False
+        raise RunConflictError(f"run {record.run_id!r} already exists in {self.label}")
+
+    def _stored_as(self, conn: Any, run_id: str, data: str) -> bool:
+        """Whether the run *run_id* is stored, its record's text exactly *data*."""
+        row = conn.execute(self.sql.run_data, (run_id,)).fetchone()
+        return row is not None and row[0] == data
+
+    def submit_run(self, conn: Any, retrying: bool, submission: Submission, data: str) -> str:
+        """Keep *submission* (its record's JSON text: *data*) in one transaction: the id of
+        the run that holds it. Notifies watchers when it wrote.
+
+        The submit's advisory locks come first (its queue's when it has
+        ``max_queued``, then its dedupe id's: always in that order, so
+        submits never deadlock), so that racing submits read one after the
+        other; then the dedupe id's live run, its row locked, and the
+        queue's depth, and whether its run id is taken; :func:`._flow.decide_submit`
+        decides, and its run is
+        inserted (as :meth:`create_run`) or its live run rewritten.
+
+        A retry that finds the run stored as *data* returns its id: the
+        earlier attempt committed (a retry's own run would count in its
+        queue's depth). A retried dedupe submit finds its run as the live one.
+
+        Raises:
+            QueueFullError, RunConflictError: see ``QueueingStore.submit_run``.
+            CheckpointCorruptError: the live run's row does not decode, or is
+                not what its columns say.
+        """
+        record = submission.record
+        with conn.transaction():
+            if retrying and self._stored_as(conn, record.run_id, data):
+                return record.run_id
+            # The second key is a hash of the schema and the names (stores in
+            # other schemas do not contend). Names may hold \x1f, so two
+            # pairs of names may share a lock: that only serializes them.
+            prefix = f"{self.schema}\x1f{record.queue}"
+            if submission.max_queued is not None:
+                conn.execute(self.sql.lock, (QUEUE_LOCK_CLASS, prefix))
+            live = None
+            if record.dedupe is not None:
+                conn.execute(self.sql.lock, (DEDUPE_LOCK_CLASS, f"{prefix}\x1f{record.dedupe}"))
+                live = self._live_dedupe(conn, record.queue, record.dedupe)
+            exists = depth = None
+            if live is None:
+                # (A submit that finds its dedupe id's run is decided without them.)
+                exists = conn.execute(self.sql.run_data, (record.run_id,)).fetchone() is not None
+                if submission.max_queued is not None:
+                    (depth,) = conn.execute(self.sql.pending, (record.queue,)).fetchone()
+            decision = decide_submit(submission, live=live, exists=bool(exists), depth=depth)
+            wrote = False
+            if decision.replace is not None:
+                conn.execute(self.sql.put_run, _run_params(decision.replace))
+                wrote = True
+            elif decision.create is not None:
+                wrote = self._insert_run(conn, retrying, decision.create, data)
+            if wrote:
+                self.notify(conn)
+            return decision.run_id
+
+    def _live_dedupe(self, conn: Any, queue: str, dedupe: str) -> RunRecord | None:
+        """The oldest unfinished run of *queue* with *dedupe*, its row locked, or ``None``."""
+        row = conn.execute(self.sql.live_dedupe, (queue, dedupe)).fetchone()
+        if row is None:
+            return None
+        (run_id,) = row
+        # A later statement, whose snapshot sees the run as the lock's previous holder left it.
+        live = self.read_run(conn, run_id)
+        assert live is not None, "a row this transaction locked is gone"
+        if not live_dedupe(live, queue, dedupe):
+            raise self.corrupt(
+                run_id,
+                "table runs",
+                f"its columns say it is an unfinished run of queue {queue!r} with dedupe id "
+                f"{dedupe!r}, its record does not",
+            )
+        return live
 
     def update_run(
         self, conn: Any, retrying: bool, record: RunRecord, attempted: list[str]
@@ -462,9 +558,11 @@ class Tables:
         if selected.workflow is not None:
             where.append(b"r.workflow = %s")
             args.append(selected.workflow)
-        if selected.version is not None:
-            where.append(b"r.version = %s")
-            args.append(selected.version)
+        for column in ("version", "queue", "key"):
+            value = getattr(selected, column)
+            if value is not None:
+                where.append(f"r.{column} = %s".encode())
+                args.append(value)
         if selected.after is not None:
             where.append(b"r.id > %s")
         query = self.sql.list_runs

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -34,7 +34,7 @@ from .._errors import ErrorInfo, RunNotFoundError, UsageError
 from ._leases import cancelled_record
 from ._owners import Served
 from ._records import Entry, RunRecord, RunStatus, utcnow
-from ._run_ids import check_run_id
+from ._run_ids import check_identifier, check_run_id
 
 __all__ = (
     "DEAD_LETTER_ERROR",
@@ -74,13 +74,23 @@ class RunFilter:
     after: str | None = None
     limit: int | None = None
     version: str | None = None
+    queue: str | None = None
+    key: str | None = None
+
+    def given(self, **changes: Any) -> dict[str, Any]:
+        """These filters, with *changes*, as ``list_runs`` keyword arguments: only those
+        given (not ``None``), as stores written before some of them existed take them."""
+        fields = attrs.asdict(self, recurse=False) | changes
+        return {name: value for name, value in fields.items() if value is not None}
 
     def matches(self, record: RunRecord) -> bool:
-        """Whether *record* passes the status, workflow and version filters."""
+        """Whether *record* passes the status, workflow, version, queue and key filters."""
         return (
             (self.status is None or record.status in self.status)
             and (self.workflow is None or record.workflow == self.workflow)
             and (self.version is None or record.version == self.version)
+            and (self.queue is None or record.queue == self.queue)
+            and (self.key is None or record.key == self.key)
         )
 
     def page(self, records: Iterable[RunRecord]) -> list[RunRecord]:
@@ -114,13 +124,16 @@ def check_run_filter(
     after: str | None = None,
     limit: int | None = None,
     version: str | None = None,
+    queue: str | None = None,
+    key: str | None = None,
 ) -> RunFilter:
     """``list_runs``'s arguments, validated (one status or several).
 
     Raises:
         UsageError: an unknown status, a non-string workflow or version, an
-            *after* that is not a valid run id (:func:`check_run_id`), or a
-            limit that is not a non-negative integer.
+            *after* that is not a valid run id (:func:`check_run_id`), a
+            queue name or key that breaks the same rule, or a limit that is
+            not a non-negative integer.
     """
     statuses: frozenset[RunStatus] | None = None
     if status is not None:
@@ -143,7 +156,19 @@ def check_run_filter(
         not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= _MAX_LIMIT
     ):
         raise UsageError(f"limit must be an integer from 0 to {_MAX_LIMIT}, not {limit!r}")
-    return RunFilter(status=statuses, workflow=workflow, after=after, limit=limit, version=version)
+    if queue is not None:
+        check_identifier(queue, "queue name")
+    if key is not None:
+        check_identifier(key, "key")
+    return RunFilter(
+        status=statuses,
+        workflow=workflow,
+        after=after,
+        limit=limit,
+        version=version,
+        queue=queue,
+        key=key,
+    )
 
 
 def check_served(workflows: object) -> frozenset[Served]:

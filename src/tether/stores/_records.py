@@ -12,6 +12,9 @@ The rest of the contract lives beside it: the records' JSON (format versions,
 strict reading, digests) in :mod:`._record_json`, the records about lease
 holders and workers in :mod:`._owners`, and the :class:`Store` protocols in
 :mod:`._store`; :mod:`tether.stores` is the public face of them all.
+
+Whole because a record and its strict decoder are one contract, read together
+field by field: split, each field's meaning would sit apart from how it is read.
 """
 
 from __future__ import annotations

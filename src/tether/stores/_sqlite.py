@@ -34,6 +34,7 @@ from typing import final
 import trio
 
 from .._errors import UsageError
+from ._flow import Submission, check_submission
 from ._leases import ClaimDecision, check_held, check_owner, check_ttl
 from ._mailbox import Message, check_after, check_send
 from ._owners import Renewal, Served, WorkerAd, dumps_served
@@ -210,6 +211,25 @@ class SQLiteStore(ClaimNextFromBatch):
             lambda conn: self._tables.create_run(conn, record), f"creating run {record.run_id!r}"
         )
 
+    async def submit_run(self, submission: Submission) -> str:
+        """Keep *submission* by the queues' rules, in one transaction (a queued write; see
+        the class doc on cancellation); see :meth:`tether.stores.QueueingStore.submit_run`.
+
+        Raises:
+            QueueFullError: the queue is at ``max_queued``; nothing was stored.
+            RunConflictError: the new run's id exists; or a debounced submit of
+                another workflow than its dedupe id's run.
+            UsageError: the submission is not valid (:func:`check_submission`).
+            StoreError: SQLite failed.
+        """
+        check_submission(submission)
+        check_run_id(submission.record.run_id)
+        run_id: str = await self._writer.queued(
+            lambda conn: self._tables.submit_run(conn, submission),
+            f"submitting run {submission.record.run_id!r}",
+        )
+        return run_id
+
     async def update_run(self, record: RunRecord) -> RunRecord:
         """Replace a run record (a queued write; see the class doc on cancellation).
 
@@ -317,6 +337,8 @@ class SQLiteStore(ClaimNextFromBatch):
         after: str | None = None,
         limit: int | None = None,
         version: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records in creation order, filtered (indexed queries; see :meth:`Store.list_runs`).
 
@@ -328,7 +350,7 @@ class SQLiteStore(ClaimNextFromBatch):
             CheckpointCorruptError: a selected row does not decode (none is skipped).
             StoreError: SQLite failed.
         """
-        selected = check_run_filter(status, workflow, after, limit, version)
+        selected = check_run_filter(status, workflow, after, limit, version, queue, key)
         result: list[RunRecord] = await self._conns.read(
             lambda conn: self._tables.list_runs(conn, selected), "listing runs"
         )

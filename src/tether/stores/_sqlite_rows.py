@@ -83,6 +83,9 @@ def run_row(record: RunRecord) -> tuple[object, ...]:
         record.workflow,
         record.version,
         None if record.wake_at is None else record.wake_at.timestamp(),
+        record.queue,
+        record.key,
+        record.dedupe,
         record.run_id,
     )
 

@@ -2,7 +2,7 @@
 
 Layer: stores (``tether.stores``).
 
-Layout (schema version 6, kept in ``PRAGMA user_version``)::
+Layout (schema version 7, kept in ``PRAGMA user_version``)::
 
     runs(id INTEGER PRIMARY KEY AUTOINCREMENT,     -- creation order
          run_id TEXT NOT NULL UNIQUE,
@@ -11,8 +11,10 @@ Layout (schema version 6, kept in ``PRAGMA user_version``)::
          status TEXT, workflow TEXT,               -- copies for listing and workers,
                                                    -- indexed with id
          version TEXT,                             -- copy of the workflow version
-         wake_at REAL)                             -- copy of a waiting run's wake_at,
+         wake_at REAL,                             -- copy of a waiting run's wake_at,
                                                    -- Unix time, indexed
+         queue TEXT NOT NULL, key TEXT,            -- copies for listings and
+         dedupe TEXT)                              -- submits' rules
     entries(run_id TEXT NOT NULL, seq INTEGER NOT NULL,
             ikey TEXT NOT NULL,                    -- Entry.idempotency_key
             data TEXT NOT NULL,                    -- Entry.to_json(), JSON text
@@ -43,10 +45,12 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = (
+    "DEPTH",
     "DISPATCHABLE",
     "INSERT_ENTRY",
     "INSERT_RUN",
     "LAST_SEQ",
+    "LIVE_DEDUPE",
     "MIGRATIONS",
     "PUT_RUN",
     "SCHEMA_VERSION",
@@ -56,7 +60,7 @@ __all__ = (
 )
 
 #: The schema version this tether writes and reads (``PRAGMA user_version``).
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -112,7 +116,29 @@ CREATE TABLE messages (
     PRIMARY KEY (run_id, seq)
 );
 """
-_STEPS: Final = (_SCHEMA, _MIGRATE_2, _MIGRATE_3, _MIGRATE_4, _MIGRATE_5, _MIGRATE_6)
+# Version 6 -> 7: the queue, key and dedupe id of runs, for listings and for submits'
+# rules (stores/_flow.py):
+# an index of the unfinished runs holding a dedupe id, and one of the runs that count in
+# their queue's depth (``pending``), so that neither lookup grows with the finished runs
+# kept. Older runs are in the default queue, without a dedupe id.
+_MIGRATE_7 = """
+ALTER TABLE runs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE runs ADD COLUMN key TEXT;
+ALTER TABLE runs ADD COLUMN dedupe TEXT;
+CREATE INDEX runs_dedupe ON runs (queue, dedupe, id) WHERE dedupe IS NOT NULL
+    AND status NOT IN ('completed', 'failed', 'dead_letter', 'cancelled');
+CREATE INDEX runs_pending ON runs (queue) WHERE status = 'queued'
+    OR (status = 'waiting' AND token = 0);
+"""
+_STEPS: Final = (
+    _SCHEMA,
+    _MIGRATE_2,
+    _MIGRATE_3,
+    _MIGRATE_4,
+    _MIGRATE_5,
+    _MIGRATE_6,
+    _MIGRATE_7,
+)
 #: What brings a file of each older version to :data:`SCHEMA_VERSION` (0: a new file).
 MIGRATIONS: Final = {version: "".join(_STEPS[version:]) for version in range(SCHEMA_VERSION)}
 
@@ -128,11 +154,24 @@ SELECT r.id, r.run_id, r.data, o.expires FROM runs r LEFT JOIN owners o ON o.own
 """
 PUT_RUN: Final = """
 UPDATE runs SET data = ?, owner = ?, token = ?, cancel = ?, status = ?, workflow = ?, version = ?,
-wake_at = ? WHERE run_id = ?
+wake_at = ?, queue = ?, key = ?, dedupe = ? WHERE run_id = ?
 """
 INSERT_RUN: Final = """
-INSERT INTO runs (data, owner, token, cancel, status, workflow, version, wake_at, run_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO runs (data, owner, token, cancel, status, workflow, version, wake_at, queue, key,
+dedupe, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+#: The oldest unfinished run of a queue (``?1``) holding a dedupe id (``?2``).
+LIVE_DEDUPE: Final = (
+    SELECT_RUN
+    + """
+WHERE r.id = (SELECT id FROM runs INDEXED BY runs_dedupe WHERE queue = ?1 AND dedupe = ?2
+    AND status NOT IN ('completed', 'failed', 'dead_letter', 'cancelled') ORDER BY id LIMIT 1)
+"""
+)
+#: How many runs of a queue (``?``) count in its depth (``pending``).
+DEPTH: Final = """
+SELECT count(*) FROM runs INDEXED BY runs_pending
+WHERE queue = ? AND (status = 'queued' OR (status = 'waiting' AND token = 0))
 """
 #: Candidates for a worker's claim, oldest first (see dispatchable(), which
 #: decides); ``{served}`` takes the served workflows' condition, ``{gone}`` the

@@ -30,6 +30,7 @@ from typing import final
 import attrs
 
 from .._errors import CheckpointCorruptError, RunConflictError, RunNotFoundError, StoreError
+from ._flow import Submission, decide_submit
 from ._leases import (
     ClaimDecision,
     check_append,
@@ -56,10 +57,12 @@ from ._sqlite_rows import (
     time_of,
 )
 from ._sqlite_sql import (
+    DEPTH,
     DISPATCHABLE,
     INSERT_ENTRY,
     INSERT_RUN,
     LAST_SEQ,
+    LIVE_DEDUPE,
     MIGRATIONS,
     PUT_RUN,
     SCHEMA_VERSION,
@@ -127,9 +130,32 @@ class Tables:
     # -- runs and leases (writes) ----------------------------------------------------------
 
     def create_run(self, conn: sqlite3.Connection, record: RunRecord) -> None:
-        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (record.run_id,)).fetchone():
+        if self._exists(conn, record.run_id):
             raise RunConflictError(f"run {record.run_id!r} already exists in {self.label}")
         self.insert_run(conn, record)
+
+    @staticmethod
+    def _exists(conn: sqlite3.Connection, run_id: str) -> bool:
+        return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+
+    def submit_run(self, conn: sqlite3.Connection, submission: Submission) -> str:
+        """Decide and write *submission* (the writer's transaction is the atomic step: it
+        holds SQLite's write lock, so no other process submits in between)."""
+        record = submission.record
+        live = None
+        if record.dedupe is not None:
+            row = conn.execute(LIVE_DEDUPE, (record.queue, record.dedupe)).fetchone()
+            live = None if row is None else decode_run(self.path, row)
+        depth = None
+        if submission.max_queued is not None:
+            (depth,) = conn.execute(DEPTH, (record.queue,)).fetchone()
+        exists = self._exists(conn, record.run_id)
+        decision = decide_submit(submission, live=live, exists=exists, depth=depth)
+        if decision.replace is not None:
+            self.put_run(conn, decision.replace)
+        elif decision.create is not None:
+            self.insert_run(conn, decision.create)
+        return decision.run_id
 
     def update_run(self, conn: sqlite3.Connection, record: RunRecord) -> RunRecord:
         current = self.select_run(conn, record.run_id)
@@ -340,9 +366,11 @@ class Tables:
         if selected.workflow is not None:
             where.append("r.workflow = ?")
             params.append(selected.workflow)
-        if selected.version is not None:
-            where.append("r.version = ?")
-            params.append(selected.version)
+        for column in ("version", "queue", "key"):
+            value = getattr(selected, column)
+            if value is not None:
+                where.append(f"r.{column} = ?")
+                params.append(value)
         if selected.after is not None:
             where.append("r.id > (SELECT id FROM runs WHERE run_id = ?)")
             params.append(selected.after)

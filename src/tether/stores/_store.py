@@ -167,6 +167,8 @@ class Store(Protocol):
         after: str | None = None,
         limit: int | None = None,
         version: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
     ) -> Sequence[RunRecord]:
         """Run records, oldest first (in creation order), filtered and paged.
 
@@ -176,9 +178,12 @@ class Store(Protocol):
             after: a run id: only runs created after it (keyset pagination:
                 pass the last id of the previous page).
             limit: at most this many records.
-            version: only runs started under this workflow version. (The
-                engine passes it only when asked to, so a store written
-                before versions existed still lists runs.)
+            version: only runs started under this workflow version.
+            queue: only runs of this queue (``RunRecord.queue``).
+            key: only runs submitted with this key (``RunRecord.key``).
+
+        The engine passes *version*, *queue* and *key* only when asked to,
+        so a store written before they existed still lists runs.
 
         Validate the arguments with :func:`check_run_filter
         <tether.stores.check_run_filter>`; stores that scan their records

@@ -14,13 +14,20 @@ import trio
 import trio.testing
 
 from ..stores._capabilities import Capability, capabilities_of
+from ..stores._flow import Submission
 from ..stores._mailbox import MailboxStore, Message
 from ..stores._memory import MemoryStore
 from ..stores._owners import Renewal, Served, WorkerAd
 from ..stores._queue import Claimed
 from ..stores._records import Entry, RunRecord
 from ..stores._respond import RespondingStore
-from ..stores._store import AdvertisingStore, BatchClaimingStore, Store, WorkerStore
+from ..stores._store import (
+    AdvertisingStore,
+    BatchClaimingStore,
+    QueueingStore,
+    Store,
+    WorkerStore,
+)
 
 __all__ = ("ClockHoldingStore", "hold_clock")
 
@@ -100,6 +107,11 @@ class ClockHoldingStore:
 
     async def create_run(self, record: RunRecord) -> None:
         await self._held(self.inner.create_run, record)
+
+    async def submit_run(self, submission: Submission) -> str:
+        """The inner store's ``submit_run``, holding the clock (see :attr:`capabilities`)."""
+        result: str = await self._held(cast(QueueingStore, self.inner).submit_run, submission)
+        return result
 
     async def update_run(self, record: RunRecord) -> RunRecord | None:
         return await self._held(self.inner.update_run, record)

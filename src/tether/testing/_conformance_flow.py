@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any, cast
 
 import attrs
@@ -143,11 +144,9 @@ async def check_submit_max_queued(ctx: Ctx) -> None:
             QueueFullError,
             lambda: store.submit_run(Submission(_new(ctx, "m-3"), max_queued=2)),
         )
-        assert isinstance(exc, QueueFullError) and (exc.queue, exc.depth, exc.max_queued) == (
-            "q",
-            2,
-            2,
-        ), f"QueueFullError says queue {exc.queue!r}, depth {exc.depth}, max {exc.max_queued}"
+        assert isinstance(exc, QueueFullError)
+        said = (exc.queue, exc.depth, exc.max_queued)
+        assert said == ("q", 2, 2), f"QueueFullError says (queue, depth, max_queued) {said}"
         assert "'q'" in str(exc), f"QueueFullError does not name the queue: {exc}"
         assert await _all(opened) == before, "a submit refused at max_queued stored something"
         # A deduplicated submit stores nothing, so a full queue gives it its run.
@@ -162,6 +161,24 @@ async def check_submit_max_queued(ctx: Ctx) -> None:
         second = attrs.evolve(dedupe, run_id="m-5")
         got = await store.submit_run(Submission(second, max_queued=2))
         assert got == "m-4", f"a full queue refused a deduplicated submit, or gave {got!r}"
+
+
+async def check_submit_existing_id(ctx: Ctx) -> None:
+    """A submit of a run id that is stored raises RunConflictError (``engine.submit`` then
+    finds a resubmitted run there), never QueueFullError, however full its queue; it
+    changes nothing."""
+    async with Opened(await ctx.make()) as opened:
+        store = _queueing(opened)
+        first = _new(ctx, "e-1")
+        await store.submit_run(Submission(first, max_queued=1))
+        before = await _all(opened)
+        for again in (Submission(first, max_queued=1), Submission(first)):
+            await refused(
+                f"a resubmitted id, max_queued {again.max_queued}",
+                RunConflictError,
+                partial(store.submit_run, again),
+            )
+        assert await _all(opened) == before, "a resubmitted id changed the store"
 
 
 async def check_submit_refusals(ctx: Ctx) -> None:
@@ -251,6 +268,7 @@ FLOW_CHECKS: dict[str, Callable[[Ctx], Awaitable[None]]] = {
     "submit_dedupe": check_submit_dedupe,
     "submit_debounce": check_submit_debounce,
     "submit_max_queued": check_submit_max_queued,
+    "submit_existing_id": check_submit_existing_id,
     "submit_refusals": check_submit_refusals,
     "concurrent_dedupe": check_concurrent_dedupe,
     "concurrent_max_queued": check_concurrent_max_queued,

@@ -395,22 +395,7 @@ class Connection:
         result: RunRecord | None = await self._process.call("get_run", run_id)
         return result
 
-    async def list_runs(
-        self,
-        *,
-        status: Collection[RunStatus] | None = None,
-        workflow: str | None = None,
-        after: str | None = None,
-        limit: int | None = None,
-        version: str | None = None,
-    ) -> Sequence[RunRecord]:
-        filters = {
-            "status": status,
-            "workflow": workflow,
-            "after": after,
-            "limit": limit,
-            "version": version,
-        }
+    async def list_runs(self, **filters: Any) -> Sequence[RunRecord]:
         given = {k: v for k, v in filters.items() if v is not None}
         result: Sequence[RunRecord] = await self._process.call("list_runs", **given)
         return result

@@ -24,6 +24,7 @@ from ..stores._store import (
     ADVERTISE_METHODS,
     BATCH_METHODS,
     DELETE_METHODS,
+    QUEUE_METHODS,
     STORE_METHODS,
     WORKER_METHODS,
     Store,
@@ -38,6 +39,7 @@ METHODS: Final = (
     *DELETE_METHODS,
     *MAILBOX_METHODS,
     *RESPOND_METHODS,
+    *QUEUE_METHODS,
 )
 
 

@@ -48,6 +48,7 @@ from typing import Any, final
 import trio
 
 from ..stores._capabilities import Capability, capabilities_of
+from ..stores._flow import Submission
 from ..stores._mailbox import Message
 from ..stores._owners import Renewal, Served, WorkerAd
 from ..stores._queue import Claimed
@@ -330,6 +331,11 @@ class FaultyStore:
 
     async def create_run(self, record: RunRecord) -> None:
         await self._call("create_run", record)
+
+    async def submit_run(self, submission: Submission) -> str:
+        """The inner store's ``submit_run``, faults permitting (see :attr:`capabilities`)."""
+        result: str = await self._call("submit_run", submission)
+        return result
 
     async def update_run(self, record: RunRecord) -> RunRecord | None:
         result: RunRecord | None = await self._call("update_run", record)
