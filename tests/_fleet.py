@@ -148,6 +148,10 @@ async def work(run_id: str, i: int, pause: float) -> str:
     return value
 
 
+#: A bounded queue, for ``tether submit --queue tests._fleet:letters``.
+letters = tether.Queue("tests.letters", max_queued=2)
+
+
 @tether.workflow(name="tests.fleet.five")
 async def five(run_id: str, pause: float) -> list[str]:
     """Five steps: one, three in parallel, one; the list of their results."""

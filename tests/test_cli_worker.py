@@ -42,7 +42,7 @@ from tether._cli._worker import LogFormat
 from tether.stores import RunStatus
 
 from . import _fleet
-from ._cli import cli
+from ._cli import cli, usage_error
 from ._fleet import RawStore, TetherProcess
 from ._poll import PATIENCE, poll
 from ._postgres import SECRET_PASSWORD, SECRET_USER, PostgresServer
@@ -97,6 +97,44 @@ def test_submit_prints_the_id_and_is_idempotent(tmp_path: Path) -> None:
     new_id = fresh.out.strip()
     assert re.fullmatch(r"[0-9a-f]{32}", new_id), fresh.out
     assert ids(listed(spec)) == ["s-1", new_id]
+
+
+def test_submit_takes_a_queue_a_key_a_dedupe_id_and_a_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = f"sqlite:{tmp_path / 'q.db'}"
+    letters = ("--queue", "tests._fleet:letters")
+    first = cli("submit", FIVE, "a", "0", *letters, "--key", "k1", "--dedupe", "d", "--store", spec)
+    assert first.status == 0, first.err
+    again = cli("submit", FIVE, "b", "0", *letters, "--dedupe", "d", "--store", spec)
+    assert (again.status, again.out) == (0, first.out), again.err
+    (run,) = listed(spec)
+    assert (run["queue"], run["key"], run["dedupe"]) == ("tests.letters", "k1", "d")
+    assert ids(listed(spec, "--queue", "tests.letters", "--key", "k1")) == [run["run_id"]]
+    assert listed(spec, "--queue", "default") == listed(spec, "--key", "k2") == []
+    shown = cli("runs", "show", run["run_id"], "--store", spec)
+    assert "queue:     queue tests.letters, key k1, dedupe id d\n" in shown.out, shown.out
+
+    at = "2999-01-01T00:00:00+00:00"
+    later = cli("submit", FIVE, "c", "0", *letters, "--not-before", at, "--store", spec)
+    assert later.status == 0, later.err
+    (scheduled,) = [r for r in listed(spec) if r["run_id"] == later.out.strip()]
+    assert (scheduled["status"], scheduled["wake_at"]) == ("waiting", at)
+    table = cli("runs", "list", "--store", spec)
+    assert "scheduled to start at 2999-01-01 00:00:00 UTC" in table.out, table.out
+
+    full = cli("submit", FIVE, "d", "0", *letters, "--run-id", "refused", "--store", spec)
+    assert full.status == 1 and full.out == ""
+    assert "QueueFullError" in full.err and "'tests.letters' holds 2 runs" in full.err
+    assert "refused" not in ids(listed(spec))
+
+    err = usage_error("submit", FIVE, "e", "0", "--not-before", "2999-01-01T00:00", capsys=capsys)
+    assert "has no UTC offset" in err
+    wrong = usage_error("submit", FIVE, "e", "0", "--queue", FIVE, "--store", spec, capsys=capsys)
+    assert "not a tether.Queue" in wrong
+    nope = ("--queue", "tests._fleet:nope")
+    unknown = usage_error("submit", FIVE, "e", "0", *nope, "--store", spec, capsys=capsys)
+    assert "its queues: letters" in unknown
 
 
 def test_runs_list_filters_and_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

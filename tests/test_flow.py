@@ -15,8 +15,17 @@ import trio
 import trio.testing
 
 import tether
-from tether.stores import RunRecord, RunStatus, Store
+from tether.stores import (
+    RunRecord,
+    RunStatus,
+    Store,
+    Submission,
+    decide_submit,
+    live_dedupe,
+    pending,
+)
 from tether.stores._record_json import dumps_record, loads_record
+from tether.testing import StoreConformanceError, check_store
 
 from ._json_store import JsonStore
 from ._sqlite_schemas import back_to_6
@@ -273,3 +282,32 @@ async def test_an_sqlite_file_of_schema_6_is_migrated_and_keeps_the_rules(
     indexes = {row[1] for row in conn.execute("PRAGMA index_list(runs)")}
     assert {"runs_dedupe", "runs_pending"} <= indexes
     conn.close()
+
+
+# -- planted bugs are caught by the conformance checks -----------------------------------
+
+
+class SplitSubmitStore(tether.MemoryStore):  # type: ignore[misc]  # final, but a test may
+    """A ``submit_run`` that reads in one step and writes in another: the dedupe id's live
+    run and the queue's depth are read, and only then, after other tasks ran, is the
+    decision written (a check outside the submit's transaction)."""
+
+    async def submit_run(self, submission: Submission) -> str:
+        record = submission.record
+        runs = await self.list_runs(queue=record.queue)
+        live = None
+        if record.dedupe is not None:
+            live = next((r for r in runs if live_dedupe(r, record.queue, record.dedupe)), None)
+        depth = sum(1 for r in runs if pending(r))
+        exists = await self.get_run(record.run_id) is not None
+        decision = decide_submit(submission, live=live, exists=exists, depth=depth)
+        if decision.create is not None:
+            await self.create_run(decision.create)
+        return decision.run_id
+
+
+@pytest.mark.parametrize("check", ["concurrent_dedupe", "concurrent_max_queued"])
+async def test_the_submit_checks_catch_rules_kept_outside_the_submits_step(check: str) -> None:
+    with pytest.raises(StoreConformanceError, match=check):
+        await check_store(SplitSubmitStore, only=[check])
+    await check_store(tether.MemoryStore, only=[check])

@@ -12,6 +12,7 @@ else the plain text), an answer given twice for one request.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import inspect
@@ -19,6 +20,7 @@ import json
 import sys
 import typing
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from .._codec._converter import describe
 from .._codec._json import parse_value
 from .._codec._values import codec
 from .._errors import CodecError
+from ..stores._flow import Queue
 from ._exits import BadUsage
 
 __all__ = ("decode_args", "import_modules", "parse_responses", "resolve_workflow")
@@ -54,19 +57,63 @@ def resolve_workflow(target: str) -> Workflow[..., Any]:
         BadUsage: not ``MODULE:NAME``, not importable, no such attribute, or
             not a ``@tether.workflow``.
     """
+    wf: Workflow[..., Any] = _resolve(
+        target, Workflow, "WORKFLOW", "workflow", "shop.flows:checkout"
+    )
+    return wf
+
+
+def resolve_queue(target: str) -> Queue:
+    """``MODULE:NAME`` as a :class:`tether.Queue` the module defines.
+
+    Raises:
+        BadUsage: as :func:`resolve_workflow`, for a ``tether.Queue``.
+    """
+    queue: Queue = _resolve(target, Queue, "QUEUE", "queue", "shop.flows:emails")
+    return queue
+
+
+def _resolve(target: str, kind: type[Any], placeholder: str, noun: str, example: str) -> Any:
+    """``MODULE:NAME``, the module imported, as an object of *kind* (a *noun*).
+
+    Raises:
+        BadUsage: not ``MODULE:NAME``, not importable, no such attribute, or
+            not of *kind*.
+    """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise BadUsage(f"{target!r} is not MODULE:WORKFLOW (for example shop.flows:checkout)")
+        raise BadUsage(f"{target!r} is not MODULE:{placeholder} (for example {example})")
     import_modules([module_name])
     module = sys.modules[module_name]
     if not hasattr(module, attr):
-        found = sorted(n for n, v in vars(module).items() if isinstance(v, Workflow))
-        there = f"; its workflows: {', '.join(found)}" if found else " (it defines no workflow)"
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, kind))
+        there = f"; its {noun}s: {', '.join(found)}" if found else f" (it defines no {noun})"
         raise BadUsage(f"module {module_name!r} has no attribute {attr!r}{there}")
-    wf = getattr(module, attr)
-    if not isinstance(wf, Workflow):
-        raise BadUsage(f"{target} is {type(wf).__name__} {wf!r:.80}, not a @tether.workflow")
-    return wf
+    value = getattr(module, attr)
+    if not isinstance(value, kind):
+        wanted = "a @tether.workflow" if kind is Workflow else f"a tether.{kind.__name__}"
+        raise BadUsage(f"{target} is {type(value).__name__} {value!r:.80}, not {wanted}")
+    return value
+
+
+def parse_aware_time(text: str) -> datetime:
+    """``--not-before``: an ISO 8601 time with its UTC offset (``Z`` is UTC).
+
+    Raises:
+        argparse.ArgumentTypeError: not such a time, or without an offset.
+    """
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time (e.g. 2026-12-24T09:00:00+01:00)"
+        ) from None
+    if value.utcoffset() is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no UTC offset: add one (e.g. +00:00 or Z), so every machine "
+            "reads the same moment"
+        )
+    return value
 
 
 def decode_args(wf: Workflow[..., Any], target: str, texts: Sequence[str]) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ from .._errors import UsageError
 from .._terminal import escape_controls, escaped
 from .._version import __version__
 from ..stores import RunStatus
+from ._args import parse_aware_time
 from ._bench import add_bench_commands, bench_command
 from ._exec import ctrl_c, execute_command
 from ._exits import (
@@ -381,6 +382,31 @@ def _add_queue(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.A
     submit.add_argument("workflow", metavar="MODULE:WORKFLOW")
     submit.add_argument("args", nargs="*", metavar="ARG")
     submit.add_argument("--run-id", metavar="ID", help="the run's id (default: a random one)")
+    submit.add_argument(
+        "--queue",
+        metavar="MODULE:QUEUE",
+        help="the tether.Queue the module defines, with its limits (default: the default queue)",
+    )
+    submit.add_argument("--key", metavar="KEY", help="whose run it is, in its queue")
+    submit.add_argument(
+        "--dedupe",
+        metavar="ID",
+        help="while a run of the queue submitted with ID is unfinished, print its id and "
+        "store nothing",
+    )
+    submit.add_argument(
+        "--debounce",
+        type=float,
+        metavar="SECONDS",
+        help="(with --dedupe) start SECONDS after the last submit, with its arguments",
+    )
+    submit.add_argument(
+        "--not-before",
+        type=parse_aware_time,
+        metavar="TIME",
+        help="start no earlier than TIME (ISO 8601 with its UTC offset, e.g. "
+        "2026-12-24T09:00:00+01:00)",
+    )
     return {"worker": worker, "submit": submit}
 
 

@@ -33,7 +33,7 @@ from .._errors import TetherError
 from .._worker._schedule import Schedule
 from .._worker._worker import open_worker
 from ..stores import Store
-from ._args import decode_args, import_modules, resolve_workflow
+from ._args import decode_args, import_modules, resolve_queue, resolve_workflow
 from ._exits import EXIT_FAILED, EXIT_OK
 from ._schedules import module_schedules
 from ._stores import STORE_ENV, StoreSpec
@@ -155,10 +155,10 @@ def serve(
 
 
 async def _submit(
-    store: Store, wf: Workflow[..., Any], values: Sequence[Any], run_id: str | None
+    store: Store, wf: Workflow[..., Any], values: Sequence[Any], options: dict[str, Any]
 ) -> str:
     async with open_engine(store) as engine:
-        return await engine.submit(wf, *values, run_id=run_id)
+        return await engine.submit(wf, *values, **options)
 
 
 def submit(store: Store, args: Any, out: TextIO, err: TextIO) -> int:
@@ -169,8 +169,16 @@ def submit(store: Store, args: Any, out: TextIO, err: TextIO) -> int:
     """
     wf = resolve_workflow(args.workflow)
     values = decode_args(wf, args.workflow, args.args)
+    options = {
+        "run_id": args.run_id,
+        "queue": None if args.queue is None else resolve_queue(args.queue),
+        "key": args.key,
+        "dedupe": args.dedupe,
+        "debounce": args.debounce,
+        "not_before": args.not_before,
+    }
     try:
-        run_id = trio.run(_submit, store, wf, values, args.run_id)
+        run_id = trio.run(_submit, store, wf, values, options)
     except TetherError as exc:
         print(f"tether: {cli_message(exc)}", file=err)
         return EXIT_FAILED
