@@ -33,7 +33,7 @@ from .._errors import (
 from ..stores._capabilities import Capability, has
 from ..stores._flow import MAX_DEBOUNCE, Queue, Submission
 from ..stores._leases import version_conflict
-from ..stores._records import DEFAULT_QUEUE, RunRecord, RunStatus
+from ..stores._records import DEFAULT_QUEUE, RunRecord, RunStatus, utcnow
 from ..stores._run_ids import check_identifier
 from ..stores._store import QueueingStore, Store
 from ._info import Defined, check_not_cancelled, decode_result, pending_requests
@@ -115,10 +115,12 @@ async def submit_run(
     run that holds its dedupe id; or find it stored with these arguments.
 
     The run is ``queued``; or ``waiting`` until its start (*placement*'s
-    ``not_before``, or *now* + ``debounce``), claimed by workers once due.
+    ``not_before``, or *now* + ``debounce``: *now* is the engine's clock, which
+    workers compare ``wake_at`` with), claimed by workers once due.
     What :meth:`Engine.submit <tether.Engine.submit>` does once its arguments
     are checked and encoded (*args_text*); see there for cancellation and errors.
     """
+    created = utcnow()
     start = None
     if placement.debounce is not None:
         start = now + timedelta(seconds=placement.debounce)
@@ -131,8 +133,8 @@ async def submit_run(
         args=args_text,
         status=RunStatus.QUEUED if start is None else RunStatus.WAITING,
         wake_at=start,
-        created_at=now,
-        updated_at=now,
+        created_at=created,
+        updated_at=created,
         queue=DEFAULT_QUEUE if placement.queue is None else placement.queue.name,
         key=placement.key,
         dedupe=placement.dedupe,
