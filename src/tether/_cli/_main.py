@@ -7,7 +7,7 @@ Layer: the command line (``_cli``).
 finished runs (:mod:`._runs`; they never create a store). ``tether run
 MODULE:WORKFLOW`` and ``tether resume RUN_ID`` execute with a live progress
 display (:mod:`._exec`); ``tether submit`` and ``tether worker`` use the queue
-(:mod:`._worker`); ``tether schedules list`` shows the schedules of the
+(:mod:`._worker`, which adds them); ``tether schedules list`` shows the schedules of the
 imported modules (:mod:`._schedules`); ``tether send`` sends a run a message
 (:mod:`._send`); ``tether bench`` benchmarks a workflow and a store
 (:mod:`._bench`). How runs are printed is :mod:`._format` (one run in full,
@@ -31,7 +31,6 @@ from .._errors import UsageError
 from .._terminal import escape_controls, escaped
 from .._version import __version__
 from ..stores import RunStatus
-from ._args import parse_aware_time
 from ._bench import add_bench_commands, bench_command
 from ._exec import ctrl_c, execute_command
 from ._exits import (
@@ -49,7 +48,7 @@ from ._runs import PRUNABLE, parse_age, parse_statuses, runs
 from ._schedules import add_schedules_commands, schedules_command
 from ._send import add_send_command, send_command
 from ._stores import DEFAULT_STORE, STORE_ENV, STORE_HELP, StoreSpec, store_help
-from ._worker import queue_command
+from ._worker import add_queue_commands, queue_command
 
 __all__ = ("StoreSpec", "main")
 
@@ -318,98 +317,6 @@ def _imports(store: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return options
 
 
-def _add_queue(sub: Any, store: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    imports = _imports(store)
-    worker = _command(
-        sub,
-        "worker",
-        creates=True,
-        exits=_READS,
-        parents=[imports],
-        help="claim queued and orphaned runs and execute them, until SIGTERM",
-        description="Serve the workflows the --import modules define: claim queued runs, "
-        "and runs whose owner's lease expired, and execute them, at most --concurrency at "
-        "once. SIGTERM or SIGINT drains: claiming stops, held runs get --grace seconds, "
-        "then are cancelled as a caller cancellation and released for other workers "
-        "(exit status 0). Run outcomes are logged to stderr.",
-    )
-    worker.add_argument("--concurrency", type=int, default=16, metavar="N")
-    worker.add_argument(
-        "--max-dispatches",
-        type=int,
-        default=5,
-        metavar="N",
-        help="a run dispatched N times without an outcome (its worker died, or could not "
-        "store it) is set aside as dead_letter (default 5)",
-    )
-    worker.add_argument(
-        "--grace",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="on SIGTERM or SIGINT, seconds the held runs get to finish before they are "
-        "cancelled and released (default 0, as tether.open_worker: at once)",
-    )
-    worker.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
-    worker.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS")
-    worker.add_argument(
-        "--park-after",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="a run whose every task waits, on messages or on timers due later than this, "
-        "is parked: stored waiting, its lease and slot given up, until it is due or sent a "
-        "message (default 60)",
-    )
-    worker.add_argument(
-        "--schedules",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="serve the schedules (tether.schedule) the --import modules define: submit each "
-        "tick's run, one run per tick across all workers (default: yes)",
-    )
-    submit = _command(
-        sub,
-        "submit",
-        creates=True,
-        exits=_READS,
-        parents=[imports],
-        help="queue a run for the workers; print its id",
-        description="Store MODULE:WORKFLOW with ARGS (decoded as for `tether run`) as a "
-        "queued run, and print its id. Submitting an id that exists with the same "
-        "arguments prints it and changes nothing.",
-    )
-    submit.add_argument("workflow", metavar="MODULE:WORKFLOW")
-    submit.add_argument("args", nargs="*", metavar="ARG")
-    submit.add_argument("--run-id", metavar="ID", help="the run's id (default: a random one)")
-    submit.add_argument(
-        "--queue",
-        metavar="MODULE:QUEUE",
-        help="the tether.Queue the module defines, with its limits (default: the default queue)",
-    )
-    submit.add_argument("--key", metavar="KEY", help="whose run it is, in its queue")
-    submit.add_argument(
-        "--dedupe",
-        metavar="ID",
-        help="while a run of the queue submitted with ID is unfinished, print its id and "
-        "store nothing",
-    )
-    submit.add_argument(
-        "--debounce",
-        type=float,
-        metavar="SECONDS",
-        help="(with --dedupe) start SECONDS after the last submit, with its arguments",
-    )
-    submit.add_argument(
-        "--not-before",
-        type=parse_aware_time,
-        metavar="TIME",
-        help="start no earlier than TIME (ISO 8601 with its UTC offset, e.g. "
-        "2026-12-24T09:00:00+01:00)",
-    )
-    return {"worker": worker, "submit": submit}
-
-
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser, and each command's own (``runs`` commands by their second word)."""
     parser = argparse.ArgumentParser(
@@ -424,7 +331,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parsers = _add_demo(sub)
     parsers |= _add_runs(sub, store)
     parsers |= _add_execute(sub, store)
-    parsers |= _add_queue(sub, store)
+    parsers |= add_queue_commands(sub, _imports(store), _command, _READS)
     parsers |= add_schedules_commands(sub, _imports(store), _command, _READS)
     parsers |= add_send_command(sub, _imports(store), _command, _READS)
     parsers |= add_respond_command(sub, _imports(store), _command, _READS)

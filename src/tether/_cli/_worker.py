@@ -13,7 +13,11 @@ also serves the schedules MODULE defines (``tether.schedule``; see
 :mod:`._schedules`), unless ``--no-schedules``.
 
 ``tether submit MODULE:WORKFLOW ARGS…`` stores a queued run and prints its id
-(its arguments decoded as ``tether run`` decodes them).
+(its arguments decoded as ``tether run`` decodes them), in a queue the
+imported code defines (``--queue MODULE:QUEUE``), with the other options of
+``engine.submit``.
+
+:func:`add_queue_commands` adds both commands to the parser.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import argparse
 import gc
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import trio
@@ -33,7 +37,7 @@ from .._errors import TetherError
 from .._worker._schedule import Schedule
 from .._worker._worker import open_worker
 from ..stores import Store
-from ._args import decode_args, import_modules, resolve_queue, resolve_workflow
+from ._args import decode_args, import_modules, parse_aware_time, resolve_queue, resolve_workflow
 from ._exits import EXIT_FAILED, EXIT_OK
 from ._schedules import module_schedules
 from ._stores import STORE_ENV, StoreSpec
@@ -212,3 +216,104 @@ def queue_command(spec: StoreSpec, args: argparse.Namespace, out: TextIO, err: T
     except TetherError as exc:
         print(f"tether: {type(exc).__name__}: {exc}", file=err)
         return EXIT_FAILED
+
+
+def add_queue_commands(
+    sub: Any,
+    imports: argparse.ArgumentParser,
+    command: Callable[..., argparse.ArgumentParser],
+    exits: Sequence[int],
+) -> dict[str, argparse.ArgumentParser]:
+    """Add ``tether worker`` and ``tether submit`` to *sub*; their parsers, by name.
+
+    *imports* gives ``--store`` and ``--import``; *command* makes a subcommand
+    whose help ends with its stores and *exits*.
+    """
+    worker = command(
+        sub,
+        "worker",
+        creates=True,
+        exits=exits,
+        parents=[imports],
+        help="claim queued and orphaned runs and execute them, until SIGTERM",
+        description="Serve the workflows the --import modules define: claim queued runs, "
+        "and runs whose owner's lease expired, and execute them, at most --concurrency at "
+        "once. SIGTERM or SIGINT drains: claiming stops, held runs get --grace seconds, "
+        "then are cancelled as a caller cancellation and released for other workers "
+        "(exit status 0). Run outcomes are logged to stderr.",
+    )
+    worker.add_argument("--concurrency", type=int, default=16, metavar="N")
+    worker.add_argument(
+        "--max-dispatches",
+        type=int,
+        default=5,
+        metavar="N",
+        help="a run dispatched N times without an outcome (its worker died, or could not "
+        "store it) is set aside as dead_letter (default 5)",
+    )
+    worker.add_argument(
+        "--grace",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT, seconds the held runs get to finish before they are "
+        "cancelled and released (default 0, as tether.open_worker: at once)",
+    )
+    worker.add_argument("--lease-ttl", type=float, default=15.0, metavar="SECONDS")
+    worker.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS")
+    worker.add_argument(
+        "--park-after",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a run whose every task waits, on messages or on timers due later than this, "
+        "is parked: stored waiting, its lease and slot given up, until it is due or sent a "
+        "message (default 60)",
+    )
+    worker.add_argument(
+        "--schedules",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the schedules (tether.schedule) the --import modules define: submit each "
+        "tick's run, one run per tick across all workers (default: yes)",
+    )
+    submit = command(
+        sub,
+        "submit",
+        creates=True,
+        exits=exits,
+        parents=[imports],
+        help="queue a run for the workers; print its id",
+        description="Store MODULE:WORKFLOW with ARGS (decoded as for `tether run`) as a "
+        "queued run, and print its id. Submitting an id that exists with the same "
+        "arguments prints it and changes nothing.",
+    )
+    submit.add_argument("workflow", metavar="MODULE:WORKFLOW")
+    submit.add_argument("args", nargs="*", metavar="ARG")
+    submit.add_argument("--run-id", metavar="ID", help="the run's id (default: a random one)")
+    submit.add_argument(
+        "--queue",
+        metavar="MODULE:QUEUE",
+        help="the tether.Queue the module defines, with its limits (default: the default queue)",
+    )
+    submit.add_argument("--key", metavar="KEY", help="whose run it is, in its queue")
+    submit.add_argument(
+        "--dedupe",
+        metavar="ID",
+        help="while a run of the queue submitted with ID is unfinished, print its id and "
+        "store nothing",
+    )
+    submit.add_argument(
+        "--debounce",
+        type=float,
+        metavar="SECONDS",
+        help="(with --dedupe) start SECONDS after the last submit, with its arguments",
+    )
+    submit.add_argument(
+        "--not-before",
+        type=parse_aware_time,
+        metavar="TIME",
+        help="start no earlier than TIME (ISO 8601 with its UTC offset, e.g. "
+        "2026-12-24T09:00:00+01:00)",
+    )
+    return {"worker": worker, "submit": submit}

@@ -81,7 +81,8 @@ class Queue:
     the same atomic step as the write it limits. ``max_queued`` is checked by
     each submit: a submit that would make more than ``max_queued`` runs of the
     queue wait to start raises :class:`~tether.QueueFullError` and stores
-    nothing.
+    nothing. The limit is the one each submit's ``Queue`` carries: define a
+    queue once, in code every producer imports.
 
     The limits a claim must check (``concurrency``, ``per_key``, ``rate``,
     ``key_rate``) are not checked by this version's workers: a queue that sets
