@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import sqlite3
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import trio
 import trio.testing
 
 import tether
+from tether._core._changes import MAX_WAKES, push_wake
 from tether.stores import (
     RunRecord,
     RunStatus,
@@ -311,3 +313,13 @@ async def test_the_submit_checks_catch_rules_kept_outside_the_submits_step(check
     with pytest.raises(StoreConformanceError, match=check):
         await check_store(SplitSubmitStore, only=[check])
     await check_store(tether.MemoryStore, only=[check])
+
+
+def test_a_heap_of_wake_times_keeps_the_earliest_and_stays_bounded() -> None:
+    wakes: list[datetime] = []
+    times = [START + timedelta(seconds=(i * 7919) % 5000) for i in range(5000)]
+    for at in times:
+        push_wake(wakes, at)
+    assert MAX_WAKES <= len(wakes) <= 2 * MAX_WAKES
+    popped = [heapq.heappop(wakes) for _ in range(MAX_WAKES)]
+    assert popped == sorted(times)[:MAX_WAKES]  # the earliest, in order

@@ -29,9 +29,21 @@ from datetime import datetime
 
 import trio
 
-__all__ = ("Changes",)
+__all__ = ("Changes", "MAX_WAKES", "push_wake")
+
+#: The most wake times a heap keeps: beyond, the latest are dropped, and the
+#: runs they were for are found by polling instead (a worker needs the
+#: earliest ones; a producer may schedule a million runs).
+MAX_WAKES = 1024
 
 log = logging.getLogger("tether")
+
+
+def push_wake(wakes: list[datetime], at: datetime) -> None:
+    """Push *at* on the heap *wakes*, keeping at most :data:`MAX_WAKES` (the earliest)."""
+    heapq.heappush(wakes, at)
+    if len(wakes) > 2 * MAX_WAKES:
+        wakes[:] = heapq.nsmallest(MAX_WAKES, wakes)  # (sorted: still a heap)
 
 
 class Changes:
@@ -53,7 +65,7 @@ class Changes:
         """Something becomes due at *at*: push it on every kept heap of wake times, and
         wake every waiter. Not a checkpoint."""
         for wakes in self._wakes:
-            heapq.heappush(wakes, at)
+            push_wake(wakes, at)
         self.notify()
 
     @contextmanager

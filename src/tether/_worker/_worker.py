@@ -69,7 +69,7 @@ import trio
 
 from .._api._timers import Waiting
 from .._api._workflow import Workflow
-from .._core._changes import Changes
+from .._core._changes import Changes, push_wake
 from .._core._nurseries import exit_nursery
 from .._core._owners import owner_is_gone
 from .._engine._engine import Engine, internals
@@ -314,7 +314,7 @@ class Worker:
         except Waiting as parked:
             how = "waiting"
             if parked.wake_at is not None:  # (else a send makes it due: a change)
-                heapq.heappush(self._wakes, parked.wake_at)
+                push_wake(self._wakes, parked.wake_at)
         except RunCancelledError:
             how = "cancelled"
         except LeaseLostError as exc:
