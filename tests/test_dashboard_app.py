@@ -440,3 +440,5 @@ async def test_a_run_parked_in_receive_says_it_waits_for_a_message() -> None:
     on_message = attrs.evolve(info, status=RunStatus.WAITING, wake_at=None)
     assert "parked on its timers until" in str(execution(on_timer, "memory:"))
     assert str(execution(on_message, "memory:")) == "parked, waiting for a message"
+    scheduled = attrs.evolve(on_timer, scheduled=True)
+    assert str(execution(scheduled, "memory:")).startswith("scheduled to start at ")
