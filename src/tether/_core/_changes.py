@@ -26,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Final
 
 import trio
 
@@ -34,7 +35,7 @@ __all__ = ("Changes", "MAX_WAKES", "push_wake")
 #: The most wake times a heap keeps: beyond, the latest are dropped, and the
 #: runs they were for are found by polling instead (a worker needs the
 #: earliest ones; a producer may schedule a million runs).
-MAX_WAKES = 1024
+MAX_WAKES: Final = 1024
 
 log = logging.getLogger("tether")
 
