@@ -31,7 +31,7 @@ from .._errors import (
     UsageError,
 )
 from ..stores._capabilities import Capability, has
-from ..stores._flow import MAX_DEBOUNCE, Queue, Submission
+from ..stores._flow import MAX_DEBOUNCE, Queue, Submission, is_seconds
 from ..stores._leases import version_conflict
 from ..stores._records import DEFAULT_QUEUE, RunRecord, RunStatus, utcnow
 from ..stores._run_ids import check_identifier
@@ -86,11 +86,7 @@ def check_placement(
             raise UsageError("debounce= needs dedupe=: it debounces the submits of one dedupe id")
         if not_before is not None:
             raise UsageError("debounce= and not_before= both set the start: give one of them")
-        if (
-            isinstance(debounce, bool)
-            or not isinstance(debounce, int | float)
-            or not 0 < debounce <= MAX_DEBOUNCE
-        ):
+        if not is_seconds(debounce, MAX_DEBOUNCE):
             raise UsageError(
                 f"debounce= must be positive seconds, at most {MAX_DEBOUNCE:.0f}, not "
                 f"{debounce!r:.100}"

@@ -38,6 +38,7 @@ __all__ = (
     "Submission",
     "check_submission",
     "decide_submit",
+    "is_seconds",
     "live_dedupe",
     "not_started",
     "pending",
@@ -52,8 +53,19 @@ def _positive_int(value: object, what: str) -> None:
         raise UsageError(f"{what} must be a positive int or None, not {value!r:.100}")
 
 
+def is_seconds(value: object, maximum: float = math.inf) -> bool:
+    """Whether *value* is a number of seconds (an int or float, not a bool), positive,
+    finite and at most *maximum*."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and 0 < value < math.inf
+        and value <= maximum
+    )
+
+
 def _positive_seconds(value: object, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value < math.inf):
+    if not is_seconds(value):
         raise UsageError(f"{what} must be a positive, finite number of seconds, not {value!r:.100}")
 
 
